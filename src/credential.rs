@@ -1,0 +1,268 @@
+//! Credentials a row names: how to apply a secret held in an environment variable.
+//!
+//! A row never holds a secret, only the variable's name (`bearer:GITHUB_TOKEN`). This module
+//! parses the four forms of DESIGN.md §1 once, for `check` and for the http runner alike.
+
+use serde::Serialize;
+
+/// How a row applies its credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "form", rename_all = "lowercase")]
+pub enum Credential {
+    /// `bearer:ENV` → `Authorization: Bearer $ENV`.
+    Bearer { env: String },
+    /// `basic:ENV`, the variable holding `user:pass`.
+    Basic { env: String },
+    /// `headers:{"X-Api-Key":"$ENV"}`: header values with `$ENV` references.
+    Headers { headers: Vec<(String, String)> },
+    /// `query:param=ENV` → `?param=$ENV`.
+    Query { param: String, env: String },
+}
+
+/// Why an `auth` string could not be read; `code` is a stable check code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialError {
+    pub code: &'static str,
+    pub message: String,
+    pub help: String,
+}
+
+pub const PREFIXES: &[&str] = &["bearer", "basic", "headers", "query"];
+
+/// An environment-variable name: `[A-Z_][A-Z0-9_]*`.
+pub fn is_env_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && (b[0].is_ascii_uppercase() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+fn bad_env(env: &str, form: &str) -> CredentialError {
+    if env.is_empty() {
+        return CredentialError {
+            code: "bad_auth_env",
+            message: format!("`{form}:` names no environment variable"),
+            help: format!("name the variable that holds the secret: `{form}:MY_SERVICE_TOKEN`"),
+        };
+    }
+    CredentialError {
+        code: "bad_auth_env",
+        message: format!("`{env}` is not an environment-variable name"),
+        help: format!(
+            "name the variable that holds the secret, in capitals: `{form}:MY_SERVICE_TOKEN`"
+        ),
+    }
+}
+
+impl Credential {
+    /// Parse a row's `auth`; `Ok(None)` when it is empty.
+    pub fn parse(auth: &str) -> Result<Option<Credential>, CredentialError> {
+        let auth = auth.trim();
+        if auth.is_empty() {
+            return Ok(None);
+        }
+        let Some((prefix, rest)) = auth.split_once(':') else {
+            return Err(unknown_prefix(auth));
+        };
+        let rest = rest.trim();
+        match prefix {
+            "bearer" | "basic" => {
+                if !is_env_name(rest) {
+                    return Err(bad_env(rest, prefix));
+                }
+                let env = rest.to_string();
+                Ok(Some(if prefix == "bearer" {
+                    Credential::Bearer { env }
+                } else {
+                    Credential::Basic { env }
+                }))
+            }
+            "query" => {
+                let Some((param, env)) = rest.split_once('=') else {
+                    return Err(CredentialError {
+                        code: "bad_auth_env",
+                        message: format!("`query:{rest}` has no `param=ENV`"),
+                        help: "write `query:api_key=MY_SERVICE_KEY`".into(),
+                    });
+                };
+                if param.is_empty()
+                    || !param
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+                {
+                    return Err(CredentialError {
+                        code: "bad_auth_env",
+                        message: format!("`{param}` is not a query parameter name"),
+                        help: "write `query:api_key=MY_SERVICE_KEY`".into(),
+                    });
+                }
+                if !is_env_name(env) {
+                    return Err(bad_env(env, "query:param="));
+                }
+                Ok(Some(Credential::Query {
+                    param: param.to_string(),
+                    env: env.to_string(),
+                }))
+            }
+            "headers" => {
+                let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(rest)
+                    .map_err(|e| CredentialError {
+                        code: "bad_auth_env",
+                        message: format!("`headers:` must be followed by a JSON object: {e}"),
+                        help: r#"write `headers:{"X-Api-Key":"$MY_SERVICE_KEY"}`"#.into(),
+                    })?;
+                let mut headers = Vec::new();
+                for (name, value) in map {
+                    let Some(value) = value.as_str() else {
+                        return Err(CredentialError {
+                            code: "bad_auth_env",
+                            message: format!("header `{name}` must be a string"),
+                            help: r#"write `headers:{"X-Api-Key":"$MY_SERVICE_KEY"}`"#.into(),
+                        });
+                    };
+                    let envs = env_refs(value);
+                    if envs.is_empty() {
+                        return Err(CredentialError {
+                            code: "bad_auth_env",
+                            message: format!("header `{name}` names no `$ENV` variable"),
+                            help: r#"reference the secret's variable: `{"X-Api-Key":"$MY_SERVICE_KEY"}`"#.into(),
+                        });
+                    }
+                    headers.push((name, value.to_string()));
+                }
+                if headers.is_empty() {
+                    return Err(CredentialError {
+                        code: "bad_auth_env",
+                        message: "`headers:{}` sets no header".into(),
+                        help: r#"write `headers:{"X-Api-Key":"$MY_SERVICE_KEY"}`"#.into(),
+                    });
+                }
+                Ok(Some(Credential::Headers { headers }))
+            }
+            _ => Err(unknown_prefix(prefix)),
+        }
+    }
+
+    /// The environment variables this credential reads.
+    pub fn envs(&self) -> Vec<String> {
+        match self {
+            Credential::Bearer { env }
+            | Credential::Basic { env }
+            | Credential::Query { env, .. } => {
+                vec![env.clone()]
+            }
+            Credential::Headers { headers } => {
+                headers.iter().flat_map(|(_, v)| env_refs(v)).collect()
+            }
+        }
+    }
+
+    /// A stable name for breaker state and receipts: the form and the variables, never values.
+    pub fn name(&self) -> String {
+        self.envs().join("+")
+    }
+
+    pub fn form(&self) -> &'static str {
+        match self {
+            Credential::Bearer { .. } => "bearer",
+            Credential::Basic { .. } => "basic",
+            Credential::Headers { .. } => "headers",
+            Credential::Query { .. } => "query",
+        }
+    }
+}
+
+fn unknown_prefix(prefix: &str) -> CredentialError {
+    CredentialError {
+        code: "unknown_auth_prefix",
+        message: format!("unknown auth form `{prefix}`"),
+        help: "use bearer:ENV, basic:ENV, headers:{\"Header\":\"$ENV\"} or query:param=ENV".into(),
+    }
+}
+
+/// `$NAME` references in a header value template.
+pub fn env_refs(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = value;
+    while let Some(i) = rest.find('$') {
+        rest = &rest[i + 1..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        if is_env_name(&name) {
+            rest = &rest[name.len()..];
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Replace `$ENV` references in a header value with values from `lookup`.
+pub fn expand_env(value: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i + 1..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        if is_env_name(&name) {
+            out.push_str(&lookup(&name).ok_or_else(|| name.clone())?);
+            rest = &rest[name.len()..];
+        } else {
+            out.push('$');
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms() {
+        assert_eq!(
+            Credential::parse("bearer:GITHUB_TOKEN").unwrap(),
+            Some(Credential::Bearer {
+                env: "GITHUB_TOKEN".into()
+            })
+        );
+        assert_eq!(
+            Credential::parse("query:appid=OWM_KEY").unwrap(),
+            Some(Credential::Query {
+                param: "appid".into(),
+                env: "OWM_KEY".into()
+            })
+        );
+        let h = Credential::parse(r#"headers:{"X-Api-Key":"$NEWS_KEY"}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.envs(), vec!["NEWS_KEY"]);
+        assert_eq!(Credential::parse("").unwrap(), None);
+        assert_eq!(
+            Credential::parse("token:X").unwrap_err().code,
+            "unknown_auth_prefix"
+        );
+        assert_eq!(
+            Credential::parse("bearer:github-token").unwrap_err().code,
+            "bad_auth_env"
+        );
+        assert_eq!(
+            Credential::parse("bearer:").unwrap_err().code,
+            "bad_auth_env"
+        );
+    }
+
+    #[test]
+    fn expand() {
+        let v = expand_env("Key $A_B!", &|n| (n == "A_B").then(|| "s3".to_string())).unwrap();
+        assert_eq!(v, "Key s3!");
+        assert_eq!(expand_env("$MISSING", &|_| None).unwrap_err(), "MISSING");
+    }
+}

@@ -1,0 +1,184 @@
+//! Diagnostics: every problem capdir finds in a catalogue, with where it is, a stable code
+//! and how to fix it. Collected, never thrown: `check` reports them all in one pass.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// How bad a diagnostic is. Errors fail `check`; warnings are printed and pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Error,
+    Warning,
+}
+
+/// One problem at one place in one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    pub path: PathBuf,
+    /// 1-based; 0 when the problem is about the file as a whole and has no better place.
+    pub line: usize,
+    pub col: usize,
+    pub severity: Severity,
+    /// Stable, machine-readable: `unknown_field`, `bad_http_target`, …
+    pub code: &'static str,
+    pub message: String,
+    /// How to fix it, in one sentence.
+    pub help: String,
+}
+
+impl Diagnostic {
+    pub fn error(
+        path: &Path,
+        (line, col): (usize, usize),
+        code: &'static str,
+        message: impl Into<String>,
+        help: impl Into<String>,
+    ) -> Self {
+        Diagnostic {
+            path: path.to_path_buf(),
+            line,
+            col,
+            severity: Severity::Error,
+            code,
+            message: message.into(),
+            help: help.into(),
+        }
+    }
+
+    pub fn warning(self) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..self
+        }
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+
+    fn severity_word(&self) -> &'static str {
+        match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+
+    /// `path:line:col: error[code]: message` and an indented `help:` line.
+    pub fn render_text(&self) -> String {
+        format!(
+            "{}:{}:{}: {}[{}]: {}\n  help: {}\n",
+            self.path.display(),
+            self.line.max(1),
+            self.col.max(1),
+            self.severity_word(),
+            self.code,
+            self.message,
+            self.help
+        )
+    }
+
+    /// A GitHub Actions workflow command, so the problem shows on the pull request's diff.
+    pub fn render_github(&self) -> String {
+        format!(
+            "::{} file={},line={},col={},title={}::{}\n",
+            self.severity_word(),
+            escape_property(&self.path.display().to_string()),
+            self.line.max(1),
+            self.col.max(1),
+            escape_property(&format!("capdir check [{}]", self.code)),
+            escape_data(&format!("{} — help: {}", self.message, self.help))
+        )
+    }
+}
+
+/// Workflow-command data escaping, as the Actions runner expects it.
+fn escape_data(s: &str) -> String {
+    s.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+fn escape_property(s: &str) -> String {
+    escape_data(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// How `check` prints its findings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Github,
+}
+
+/// Sort for stable output: by file, then position, then code.
+pub fn sort(diags: &mut [Diagnostic]) {
+    diags.sort_by(|a, b| {
+        (&a.path, a.line, a.col, a.code, &a.message)
+            .cmp(&(&b.path, b.line, b.col, b.code, &b.message))
+    });
+}
+
+/// Render a full report in the chosen format; `rows` is how many rows were read.
+pub fn render(diags: &[Diagnostic], rows: usize, format: Format) -> String {
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    let warnings = diags.len() - errors;
+    match format {
+        Format::Text => {
+            let mut out = String::new();
+            for d in diags {
+                out.push_str(&d.render_text());
+            }
+            let _ = writeln!(
+                out,
+                "checked {rows} row file{}: {errors} error{}, {warnings} warning{}",
+                plural(rows),
+                plural(errors),
+                plural(warnings)
+            );
+            out
+        }
+        Format::Github => {
+            let mut out = String::new();
+            for d in diags {
+                out.push_str(&d.render_github());
+            }
+            let _ = writeln!(
+                out,
+                "checked {rows} row files: {errors} errors, {warnings} warnings"
+            );
+            out
+        }
+        Format::Json => {
+            let v = serde_json::json!({
+                "ok": errors == 0,
+                "rows": rows,
+                "errors": errors,
+                "warnings": warnings,
+                "diagnostics": diags,
+            });
+            let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
+            s.push('\n');
+            s
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// The nearest candidate to `word` among `candidates`, if it is close enough to suggest.
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let lower = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(&lower, &c.to_ascii_lowercase()), c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}

@@ -1,0 +1,18 @@
+//! capdir: a catalogue of capabilities for AI agents, kept as data in Git.
+//!
+//! The pipeline reads top to bottom: rows are read ([`catalogue`], [`row`]) and checked
+//! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
+
+pub mod args;
+pub mod builtins;
+pub mod catalogue;
+pub mod check;
+pub mod credential;
+pub mod diag;
+pub mod flow;
+pub mod git;
+pub mod row;
+pub mod scaffold;
+pub mod secrets;
+pub mod target;
+pub mod template;

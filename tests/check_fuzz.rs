@@ -1,0 +1,70 @@
+//! Property tests: no input makes the row parser or the check gate panic.
+
+use capdir::catalogue::SourceFile;
+use capdir::check::check_files;
+use capdir::row::parse_row;
+use proptest::prelude::*;
+use std::path::Path;
+
+const FIELDS: &[&str] = &[
+    "key",
+    "type",
+    "target",
+    "auth",
+    "content",
+    "category",
+    "includes",
+    "examples",
+    "input_schema",
+    "sensitive",
+    "enabled",
+    "asks",
+    "x_unknown",
+];
+
+/// YAML-ish text assembled from real field names and arbitrary values.
+fn yamlish() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        any::<String>(),
+        "[A-Z_]{1,10}",
+        Just("|\n  # WHAT: x\n  [\"$1\"]".to_string()),
+        Just("|\n  # WHAT: x\n  A: $1 > { B: x | C: y } => N".to_string()),
+        Just("[a, b, 1, {x: y}]".to_string()),
+        Just("{type: object, properties: {a: {type: number}}}".to_string()),
+        "(bearer|basic|query|headers|token):[A-Za-z_=${}\":]{0,20}",
+        "(GET|POST|FETCH) [a-z$:/.0-9]{0,30}",
+    ];
+    prop::collection::vec((prop::sample::select(FIELDS), value), 0..10).prop_map(|pairs| {
+        pairs
+            .into_iter()
+            .map(|(k, v)| format!("{k}: {v}\n"))
+            .collect::<String>()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+        let _ = parse_row(Path::new("FUZZ.yaml"), &bytes);
+        let _ = check_files(&[SourceFile { path: "FUZZ.yaml".into(), bytes }]);
+    }
+
+    #[test]
+    fn arbitrary_yaml_never_panics(text in yamlish(), other in yamlish()) {
+        let files = vec![
+            SourceFile { path: "A_ROW.yaml".into(), bytes: text.into_bytes() },
+            SourceFile { path: "B_ROW.yaml".into(), bytes: other.into_bytes() },
+        ];
+        let checked = check_files(&files);
+        for d in &checked.diags {
+            prop_assert!(!d.code.is_empty() && !d.help.is_empty());
+        }
+    }
+
+    #[test]
+    fn flow_parser_never_panics(text in "[A-Z_:{}|>=$ a-z0-9\n]{0,80}") {
+        let _ = capdir::flow::parse(&text);
+    }
+}
