@@ -4,15 +4,21 @@
 //! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
 
 pub mod args;
+pub mod build;
 pub mod builtins;
 pub mod catalogue;
 pub mod check;
+pub mod contract;
 pub mod credential;
 pub mod diag;
 pub mod flow;
 pub mod git;
+pub mod history;
+pub mod projection;
 pub mod row;
 pub mod scaffold;
 pub mod secrets;
+pub mod site;
+pub mod snapshot;
 pub mod target;
 pub mod template;

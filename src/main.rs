@@ -32,6 +32,18 @@ enum Command {
         #[arg(long, value_name = "REV")]
         base: Option<String>,
     },
+    /// Compile the catalogue into a site: snapshot, index, contracts, pages, projections.
+    Build {
+        /// The catalogue directory.
+        #[arg(default_value = "catalogue")]
+        dir: PathBuf,
+        /// Where the site goes; replaced atomically.
+        #[arg(long, default_value = "site")]
+        out: PathBuf,
+        /// The dispatcher's public URL, used in contracts and llms.txt.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        base_url: String,
+    },
     /// Write a scaffold row to fill in.
     New {
         /// The new row's key, e.g. WEATHER_NOW.
@@ -53,6 +65,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { dir, format, base } => check(dir, format, base),
+        Command::Build { dir, out, base_url } => build(dir, out, base_url),
         Command::New { key, kind, dir } => capdir::scaffold::write_new(&dir, &key, kind).map(|p| {
             println!(
                 "wrote {}: fill in every TODO(capdir), then run `capdir check`",
@@ -91,4 +104,31 @@ fn check(dir: PathBuf, format: Option<Format>, base: Option<String>) -> anyhow::
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn build(dir: PathBuf, out: PathBuf, base_url: String) -> anyhow::Result<ExitCode> {
+    let opts = capdir::build::Options {
+        base_url,
+        progress: true,
+        ..capdir::build::Options::new(&dir, &out)
+    };
+    let started = std::time::Instant::now();
+    match capdir::build::run(&opts) {
+        Ok(report) => {
+            eprint!("{}", report.render());
+            eprintln!(
+                "built {} rows into {} in {:.2} s",
+                report.rows,
+                out.display(),
+                started.elapsed().as_secs_f64()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(capdir::build::BuildError::Check(diags)) => {
+            print!("{diags}");
+            eprintln!("error: the catalogue has errors; nothing was built");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(capdir::build::BuildError::Other(e)) => Err(e),
+    }
 }

@@ -1,31 +1,14 @@
 //! `capdir check --base REV` on a real temporary Git repository with several commits: the
 //! asymmetric rule a pull-request check applies.
 
+mod common;
+
+use common::{Repo, fn_row};
 use std::path::Path;
 use std::process::Command;
 
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args([
-            "-c",
-            "user.name=T",
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "commit.gpgsign=false",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .expect("git")
-        .success();
-    assert!(ok, "git {args:?}");
-}
-
 fn row(key: &str, category: &str) -> String {
-    format!(
-        "key: {key}\ntype: fn\ntarget: echo\ncategory: {category}\ncontent: |\n  # WHAT: Echoes.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=text\n  # EX: hi\n  # OUTPUT: text\n  [\"$1\"]\nasks:\n  - echo my words\n"
-    )
+    fn_row(key, category, "Echoes.")
 }
 
 fn capdir(dir: &Path, base: &str) -> (bool, String) {
@@ -43,11 +26,10 @@ fn capdir(dir: &Path, base: &str) -> (bool, String) {
 
 #[test]
 fn base_rule_legacy_clean_and_new_rows() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let cat = dir.join("catalogue");
-    std::fs::create_dir(&cat).unwrap();
-    git(dir, &["init", "-q", "-b", "main"]);
+    let repo = Repo::new();
+    let dir = repo.path();
+    let cat = repo.catalogue();
+    let git = |_: &Path, args: &[&str]| repo.git(args, None);
     std::fs::write(cat.join("GOOD_ROW.yaml"), row("GOOD_ROW", "text")).unwrap();
     // A legacy row, committed before the gate existed: bad category.
     std::fs::write(
@@ -55,11 +37,9 @@ fn base_rule_legacy_clean_and_new_rows() {
         row("LEGACY_ROW", "Legacy Stuff"),
     )
     .unwrap();
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-q", "-m", "first rows"]);
+    repo.commit("first rows", "2024-01-01T00:00:00Z");
     std::fs::write(cat.join("OTHER_ROW.yaml"), row("OTHER_ROW", "text")).unwrap();
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-q", "-m", "second"]);
+    repo.commit("second", "2024-01-02T00:00:00Z");
 
     // Legacy row edited without getting worse: passes with a warning naming its old problem.
     std::fs::write(

@@ -1,0 +1,335 @@
+//! `capdir build`: the catalogue compiled into a site, one named step per output, each timed.
+//!
+//! check → history → snapshot → index → pages → projections, written into a temporary
+//! directory beside the target and swapped into place at the end, so a failed build leaves
+//! the previous site untouched and a server reading the site never sees half of one.
+
+use crate::catalogue;
+use crate::check::check_files;
+use crate::contract::{Contract, Tombstone, Urls};
+use crate::diag::{Diagnostic, Format, render};
+use crate::history::{self, History};
+use crate::row::Row;
+use crate::site::{self, Common, SiteMeta};
+use crate::snapshot::{self, BuildInfo, Counts};
+use anyhow::{Context as _, Result, anyhow};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The steps, in order; also the names `fail_after` accepts.
+pub const STEPS: &[&str] = &[
+    "check",
+    "history",
+    "snapshot",
+    "index",
+    "pages",
+    "projections",
+];
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub catalogue: PathBuf,
+    pub out: PathBuf,
+    /// Where the dispatcher will answer, for the URLs in contracts and llms.txt.
+    pub base_url: String,
+    /// Draw a progress bar (only when stderr is a terminal).
+    pub progress: bool,
+    /// Stop with an error after this step: how tests prove a failed build changes nothing.
+    pub fail_after: Option<String>,
+}
+
+impl Options {
+    pub fn new(catalogue: impl Into<PathBuf>, out: impl Into<PathBuf>) -> Options {
+        Options {
+            catalogue: catalogue.into(),
+            out: out.into(),
+            base_url: "http://127.0.0.1:8080".into(),
+            progress: false,
+            fail_after: None,
+        }
+    }
+}
+
+/// What a successful build did.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub steps: Vec<(&'static str, Duration, String)>,
+    pub warnings: Vec<String>,
+    pub rows: usize,
+    pub info: Option<BuildInfo>,
+}
+
+impl Report {
+    /// One line per step: name, time, and what it did.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for w in &self.warnings {
+            s.push_str(&format!("warning: {w}\n"));
+        }
+        for (name, t, what) in &self.steps {
+            s.push_str(&format!(
+                "  {name:<12} {:>9.1} ms  {what}\n",
+                t.as_secs_f64() * 1000.0
+            ));
+        }
+        s
+    }
+}
+
+/// Why a build did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the catalogue has errors; nothing was built\n{0}")]
+    Check(String),
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+struct Steps {
+    report: Report,
+    started: Instant,
+    fail_after: Option<String>,
+}
+
+impl Steps {
+    fn done(&mut self, name: &'static str, what: String) -> Result<()> {
+        self.report.steps.push((name, self.started.elapsed(), what));
+        self.started = Instant::now();
+        if self.fail_after.as_deref() == Some(name) {
+            return Err(anyhow!("build stopped after step `{name}` as asked"));
+        }
+        Ok(())
+    }
+}
+
+/// Tombstones for row files the history saw deleted and the catalogue no longer has.
+pub fn tombstones(history: &History, rows: &[Row]) -> Vec<Tombstone> {
+    history
+        .files
+        .iter()
+        .filter_map(|(file, changes)| {
+            let key = Path::new(file).file_stem()?.to_str()?;
+            if rows.iter().any(|r| r.key == key) {
+                return None;
+            }
+            Tombstone::from_history(key, changes)
+        })
+        .collect()
+}
+
+pub fn run(opts: &Options) -> Result<Report, BuildError> {
+    let mut steps = Steps {
+        report: Report::default(),
+        started: Instant::now(),
+        fail_after: opts.fail_after.clone(),
+    };
+    let files = catalogue::read_dir(&opts.catalogue).with_context(|| {
+        format!(
+            "cannot read catalogue directory {}",
+            opts.catalogue.display()
+        )
+    })?;
+    let checked = check_files(&files);
+    if checked.has_errors() {
+        return Err(BuildError::Check(render(
+            &checked.diags,
+            checked.files,
+            Format::Text,
+        )));
+    }
+    let warnings: Vec<&Diagnostic> = checked.diags.iter().filter(|d| !d.is_error()).collect();
+    steps.report.warnings.extend(
+        warnings
+            .iter()
+            .map(|d| d.render_text().trim_end().to_string()),
+    );
+    steps.done("check", format!("{} rows", checked.rows.len()))?;
+
+    let history = history::read(&opts.catalogue);
+    if let Some(why) = &history.missing {
+        steps
+            .report
+            .warnings
+            .push(format!("no Git history ({why}); rows get no dates"));
+    }
+    if history.partial {
+        steps.report.warnings.push(
+            "shallow clone: history is partial, created_at may be later than the truth".into(),
+        );
+    }
+    steps.done(
+        "history",
+        format!("{} commits walked", history.commits_walked),
+    )?;
+
+    let all_rows = checked.rows;
+    let counts = Counts::of(&all_rows);
+    let info = BuildInfo {
+        commit: history
+            .head
+            .as_ref()
+            .map(|h| h.sha.clone())
+            .unwrap_or_default(),
+        date: history
+            .head
+            .as_ref()
+            .map(|h| h.date.clone())
+            .unwrap_or_default(),
+        capdir_version: env!("CARGO_PKG_VERSION").to_string(),
+        history_partial: history.partial,
+        counts: counts.clone(),
+    };
+    let tombs = tombstones(&history, &all_rows);
+
+    let tmp = temp_dir_beside(&opts.out)?;
+    let result = (|| -> Result<()> {
+        snapshot::write(
+            &tmp.join("catalogue.sqlite"),
+            &all_rows,
+            &history,
+            &tombs,
+            &info,
+        )?;
+        steps.done(
+            "snapshot",
+            format!("{} rows, {} tombstones", all_rows.len(), tombs.len()),
+        )?;
+
+        let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
+        steps.done("index", "not built yet".into())?;
+
+        let urls = Urls::new(&opts.base_url);
+        let contracts: Vec<Contract> = enabled
+            .iter()
+            .map(|r| {
+                let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                Contract::new(r, history.of(file), &urls)
+            })
+            .collect();
+        let common = Common {
+            site: SiteMeta::default_for(&counts),
+            counts: &counts,
+            build: &info,
+        };
+        let tera = site::tera()?;
+        let bar = progress_bar(opts.progress, contracts.len() as u64);
+        site::write_contracts(&tmp, &tera, &common, &contracts, &|n| bar.inc(n))?;
+        bar.finish_and_clear();
+        for t in &tombs {
+            site::write_tombstone(&tmp, &tera, &common, t)?;
+        }
+        site::write_pages(&tmp, &tera, &common, &enabled, &contracts)?;
+        steps.done(
+            "pages",
+            format!(
+                "{} contracts ×3, {} tombstones",
+                contracts.len(),
+                tombs.len()
+            ),
+        )?;
+
+        let mut categories: Vec<String> = enabled
+            .iter()
+            .map(|r| {
+                if r.category.is_empty() {
+                    "uncategorized".into()
+                } else {
+                    r.category.clone()
+                }
+            })
+            .collect();
+        categories.sort();
+        categories.dedup();
+        site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
+        steps.done(
+            "projections",
+            "registry, counts, mcp/tools, llms.txt, sitemap".into(),
+        )?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e.into());
+    }
+    swap_into_place(&tmp, &opts.out)?;
+    steps.report.rows = all_rows.len();
+    steps.report.info = Some(info);
+    Ok(steps.report)
+}
+
+fn progress_bar(wanted: bool, len: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !wanted || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("  pages {bar:40} {pos}/{len} {eta}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// A fresh directory next to `out`, on the same file system so the final rename is atomic.
+fn temp_dir_beside(out: &Path) -> Result<PathBuf> {
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent)?;
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("site");
+    let tmp = parent.join(format!(".{name}.build-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)?;
+    }
+    std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    Ok(tmp)
+}
+
+/// Put the new site at `out` in one step: an atomic exchange of the two directories where the
+/// kernel offers it (Linux renameat2), else two renames.
+fn swap_into_place(tmp: &Path, out: &Path) -> Result<()> {
+    if !out.exists() {
+        std::fs::rename(tmp, out)
+            .with_context(|| format!("moving the new site to {}", out.display()))?;
+        return Ok(());
+    }
+    if exchange(tmp, out).is_err() {
+        let old = tmp.with_extension("old");
+        std::fs::rename(out, &old)?;
+        std::fs::rename(tmp, out)?;
+        std::fs::remove_dir_all(&old)?;
+        return Ok(());
+    }
+    // `tmp` now holds the previous site.
+    std::fs::remove_dir_all(tmp)
+        .with_context(|| format!("removing the previous site at {}", tmp.display()))
+}
+
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let a = CString::new(a.as_os_str().as_bytes())?;
+    let b = CString::new(b.as_os_str().as_bytes())?;
+    // SAFETY: both are valid NUL-terminated paths that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_: &Path, _: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::other("no atomic exchange on this platform"))
+}

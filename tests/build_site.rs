@@ -1,0 +1,291 @@
+//! `capdir build` on a fixture catalogue in a temporary Git repository with adds, edits and a
+//! deletion: the snapshot's tables, history and dates, the four counts, the tombstone, the
+//! fingerprint rule, determinism, atomicity, and contract snapshots of each row type.
+
+mod common;
+
+use capdir::build::{self, BuildError, Options};
+use common::{Repo, fixture, fn_row};
+use rusqlite::Connection;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The fixture history: five commits on fixed dates.
+fn repo() -> Repo {
+    let r = Repo::new();
+    for f in [
+        "GOOD_ECHO.yaml",
+        "GOOD_NOW.yaml",
+        "PB_PLAIN_STYLE.yaml",
+        "GOOD_AGENT.yaml",
+    ] {
+        r.write(f, &fixture(&format!("good/{f}")));
+    }
+    r.commit("Add echo, now and the agent", "2024-01-01T10:00:00Z");
+    r.write("GOOD_HTTP_ITEM.yaml", &fixture("good/GOOD_HTTP_ITEM.yaml"));
+    r.write("GOOD_FLOW.yaml", &fixture("good/GOOD_FLOW.yaml"));
+    r.write("OLD_ROW.yaml", &fn_row("OLD_ROW", "text", "An old echo."));
+    r.commit("Add http, flow and an old row", "2024-02-01T10:00:00Z");
+    r.write(
+        "GOOD_ECHO.yaml",
+        &fixture("good/GOOD_ECHO.yaml")
+            .replace("# WHEN_TO_USE:", "# WHEN_TO_USE: Whenever you need it."),
+    );
+    r.commit("Improve the echo docstring", "2024-03-01T10:00:00Z");
+    r.remove("OLD_ROW.yaml");
+    r.commit(
+        "Remove OLD_ROW\n\nReplaced-by: GOOD_ECHO",
+        "2024-04-01T10:00:00Z",
+    );
+    r.write(
+        "ZZ_TEST_PING.yaml",
+        &fn_row("ZZ_TEST_PING", "test", "A test-shaped row."),
+    );
+    r.write(
+        "RETIRED_ROW.yaml",
+        &fn_row("RETIRED_ROW", "text", "Disabled.")
+            .replace("category: text\n", "category: text\nenabled: false\n"),
+    );
+    r.commit("Add a test row and a disabled row", "2024-05-01T10:00:00Z");
+    r
+}
+
+fn build(repo: &Repo, out: &Path) -> build::Report {
+    build::run(&Options::new(repo.catalogue(), out)).expect("build")
+}
+
+#[test]
+fn snapshot_history_counts_and_tombstone() {
+    let repo = repo();
+    let out = repo.path().join("site");
+    let report = build(&repo, &out);
+    assert_eq!(report.rows, 8);
+
+    let db = Connection::open(out.join("catalogue.sqlite")).unwrap();
+    let cols: Vec<String> = db
+        .prepare("SELECT name FROM pragma_table_info('directory')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(cols.len(), 21, "{cols:?}");
+    for c in [
+        "key",
+        "type",
+        "target",
+        "auth",
+        "content",
+        "category",
+        "allowed_categories",
+        "seq",
+        "enabled",
+        "planner_visible",
+        "planner_rank",
+        "input_schema",
+        "examples",
+        "sensitive",
+        "runner",
+        "includes",
+        "created_at",
+        "updated_at",
+        "asks",
+        "path",
+        "contract_hash",
+    ] {
+        assert!(cols.iter().any(|x| x == c), "missing column {c}");
+    }
+    let dates: (String, String) = db
+        .query_row(
+            "SELECT created_at, updated_at FROM directory WHERE key='GOOD_ECHO'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        dates,
+        ("2024-01-01T10:00:00Z".into(), "2024-03-01T10:00:00Z".into())
+    );
+    let hist: Vec<(String, String)> = db
+        .prepare("SELECT kind, subject FROM row_history WHERE key='GOOD_ECHO' ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        hist,
+        vec![
+            ("modified".into(), "Improve the echo docstring".into()),
+            ("added".into(), "Add echo, now and the agent".into())
+        ]
+    );
+    let (rows, enabled, registry, mcp): (i64, i64, i64, i64) = db
+        .query_row("SELECT rows, enabled, registry, mcp FROM build", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .unwrap();
+    // 8 rows; RETIRED_ROW disabled; ZZ_TEST_PING test-shaped; PB_PLAIN_STYLE not planner-visible.
+    assert_eq!((rows, enabled, registry, mcp), (8, 7, 6, 6));
+    let counts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("counts.json")).unwrap()).unwrap();
+    assert_eq!(counts["registry"]["value"], 6);
+    assert!(
+        counts["mcp"]["predicate"]
+            .as_str()
+            .unwrap()
+            .contains("planner_visible")
+    );
+    let registry: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("registry.json")).unwrap()).unwrap();
+    assert_eq!(registry["rows"].as_array().unwrap().len(), 6);
+    let tools: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("mcp/tools.json")).unwrap())
+            .unwrap();
+    assert_eq!(tools["tools"].as_array().unwrap().len(), 6);
+    assert!(
+        !out.join("k/RETIRED_ROW.md").exists(),
+        "a disabled row has no contract"
+    );
+    let llms = std::fs::read_to_string(out.join("llms.txt")).unwrap();
+    assert!(
+        llms.starts_with("# ")
+            && llms.contains("[GOOD_ECHO](http://127.0.0.1:8080/k/GOOD_ECHO.md)")
+    );
+    assert!(!llms.contains("RETIRED_ROW"));
+
+    // The deleted row answers with a tombstone naming its replacement.
+    let tomb = std::fs::read_to_string(out.join("k/OLD_ROW.md")).unwrap();
+    assert!(
+        tomb.contains("removed on 2024-04-01") && tomb.contains("Use [GOOD_ECHO]"),
+        "{tomb}"
+    );
+    let tomb_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("k/OLD_ROW.json")).unwrap())
+            .unwrap();
+    assert_eq!(tomb_json["replaced_by"], "GOOD_ECHO");
+    assert!(out.join("k/OLD_ROW.html").exists());
+    let replaced: Option<String> = db
+        .query_row(
+            "SELECT replaced_by FROM tombstones WHERE key='OLD_ROW'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(replaced.as_deref(), Some("GOOD_ECHO"));
+}
+
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(dir).unwrap().display().to_string(),
+                    std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn same_commit_builds_identical_files() {
+    let repo = repo();
+    let a = repo.path().join("a");
+    let b = repo.path().join("b");
+    build(&repo, &a);
+    build(&repo, &b);
+    let (ta, tb) = (tree(&a), tree(&b));
+    assert_eq!(ta.keys().collect::<Vec<_>>(), tb.keys().collect::<Vec<_>>());
+    for (name, bytes) in &ta {
+        assert!(tb[name] == *bytes, "{name} differs between two builds");
+    }
+}
+
+#[test]
+fn failed_build_leaves_the_old_site() {
+    let repo = repo();
+    let out = repo.path().join("site");
+    build(&repo, &out);
+    let before = tree(&out);
+    repo.write("NEW_ROW.yaml", &fn_row("NEW_ROW", "text", "New."));
+    for step in ["snapshot", "pages"] {
+        let opts = Options {
+            fail_after: Some(step.into()),
+            ..Options::new(repo.catalogue(), &out)
+        };
+        assert!(matches!(build::run(&opts), Err(BuildError::Other(_))));
+        assert_eq!(tree(&out), before, "failing after {step} changed the site");
+    }
+    // A catalogue with errors builds nothing either.
+    repo.write("BROKEN.yaml", "key: BROKEN\ntype: nope\n");
+    assert!(matches!(
+        build::run(&Options::new(repo.catalogue(), &out)),
+        Err(BuildError::Check(_))
+    ));
+    assert_eq!(tree(&out), before);
+    let leftovers: Vec<_> = std::fs::read_dir(repo.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".build-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // And a good build replaces the site.
+    repo.remove("BROKEN.yaml");
+    build(&repo, &out);
+    assert!(out.join("k/NEW_ROW.md").exists());
+}
+
+#[test]
+fn outside_git_builds_with_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cat = tmp.path().join("catalogue");
+    std::fs::create_dir(&cat).unwrap();
+    std::fs::write(cat.join("GOOD_ECHO.yaml"), fixture("good/GOOD_ECHO.yaml")).unwrap();
+    let report = build::run(&Options::new(&cat, tmp.path().join("site"))).unwrap();
+    assert!(
+        report.warnings.iter().any(|w| w.contains("no Git history")),
+        "{:?}",
+        report.warnings
+    );
+    let md = std::fs::read_to_string(tmp.path().join("site/k/GOOD_ECHO.md")).unwrap();
+    assert!(md.contains("no Git history"));
+}
+
+/// Contract snapshots, one row of each type in all three formats. `CAPDIR_BLESS=1` rewrites.
+#[test]
+fn contract_snapshots() {
+    let repo = repo();
+    let out = repo.path().join("site");
+    build(&repo, &out);
+    let snaps = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+    let bless = std::env::var("CAPDIR_BLESS").is_ok();
+    std::fs::create_dir_all(&snaps).unwrap();
+    let mut diffs = Vec::new();
+    for key in [
+        "GOOD_ECHO",
+        "GOOD_HTTP_ITEM",
+        "GOOD_AGENT",
+        "GOOD_FLOW",
+        "OLD_ROW",
+    ] {
+        for ext in ["md", "json", "html"] {
+            let got = std::fs::read_to_string(out.join(format!("k/{key}.{ext}"))).unwrap();
+            let path = snaps.join(format!("contract_{key}.{ext}"));
+            if bless {
+                std::fs::write(&path, &got).unwrap();
+            } else if std::fs::read_to_string(&path).unwrap_or_default() != got {
+                diffs.push(format!("{} differs:\n{got}", path.display()));
+            }
+        }
+        let md = std::fs::read_to_string(out.join(format!("k/{key}.md"))).unwrap();
+        assert!(md.len() < 3 * 1024, "{key}.md is {} bytes", md.len());
+    }
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
