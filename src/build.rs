@@ -196,7 +196,8 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         )?;
 
         let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
-        steps.done("index", "not built yet".into())?;
+        let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
+        steps.done("index", format!("{indexed} rows"))?;
 
         let urls = Urls::new(&opts.base_url);
         let contracts: Vec<Contract> = enabled

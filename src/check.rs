@@ -510,3 +510,51 @@ pub fn against_base(current: &[SourceFile], checked: &mut Checked, base: &[Sourc
         }
     }
 }
+
+/// The asks gate: every ask of an enabled row must rank that row in the top [`ASK_TOP`] of
+/// the catalogue's own search, so a row nobody can find does not merge.
+pub const ASK_TOP: usize = 3;
+
+pub fn asks_gate(rows: &[Row]) -> Vec<Diagnostic> {
+    let searcher = match crate::search::Searcher::in_memory(rows) {
+        Ok(s) => s,
+        Err(e) => {
+            return vec![Diagnostic::error(
+                Path::new("."),
+                (1, 1),
+                "search_index",
+                format!("cannot build the search index for the asks gate: {e:#}"),
+                "report this as a bug",
+            )];
+        }
+    };
+    let mut d = Vec::new();
+    for row in rows.iter().filter(|r| r.enabled) {
+        for (i, ask) in row.asks.iter().enumerate() {
+            let hits = match searcher.ask(ask, 12) {
+                Ok(h) => h,
+                Err(_) => continue,
+            };
+            let rank = hits.iter().position(|h| h.key == row.key).map(|p| p + 1);
+            if rank.is_some_and(|r| r <= ASK_TOP) {
+                continue;
+            }
+            let top: Vec<&str> = hits.iter().take(ASK_TOP).map(|h| h.key.as_str()).collect();
+            let place = match rank {
+                Some(r) => format!("ranks this row #{r}"),
+                None => "does not find this row in the top 12".to_string(),
+            };
+            d.push(Diagnostic::error(
+                &row.path,
+                row.spans.item("asks", i),
+                "ask_not_found",
+                format!(
+                    "ask {ask:?} {place}; the top {ASK_TOP} are {}",
+                    top.join(", ")
+                ),
+                "use the words people would use in WHAT or WHEN_TO_USE, or rephrase the ask",
+            ));
+        }
+    }
+    d
+}

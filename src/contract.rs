@@ -196,15 +196,30 @@ fn troubleshooting(row: &Row) -> Vec<String> {
     t
 }
 
+/// The example argument string a row offers: its `# EX:` line, else its first example.
+pub fn example_of(row: &Row) -> String {
+    row.doc()
+        .ex
+        .clone()
+        .filter(|e| !e.trim().is_empty() && !e.starts_with('('))
+        .or_else(|| row.examples.first().cloned())
+        .unwrap_or_default()
+}
+
+impl Urls {
+    pub fn run_now(&self, key: &str, ex: &str) -> String {
+        format!("{}/api/dispatch?invoke={key}&body={}", self.base, enc(ex))
+    }
+
+    pub fn contract(&self, key: &str) -> String {
+        format!("{}/api/dispatch?key={key}&format=markdown", self.base)
+    }
+}
+
 impl Contract {
     pub fn new(row: &Row, history: &[Change], urls: &Urls) -> Contract {
         let doc = row.doc();
-        let ex = doc
-            .ex
-            .clone()
-            .filter(|e| !e.trim().is_empty() && !e.starts_with('('))
-            .or_else(|| row.examples.first().cloned())
-            .unwrap_or_default();
+        let ex = example_of(row);
         let credential = Credential::parse(&row.auth).ok().flatten();
         let risk = if row.sensitive { "high" } else { "low" };
         let mut may_invoke = vec!["the owner key".to_string()];

@@ -4,6 +4,7 @@
 //! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
 
 pub mod args;
+pub mod ask;
 pub mod build;
 pub mod builtins;
 pub mod catalogue;
@@ -11,12 +12,14 @@ pub mod check;
 pub mod contract;
 pub mod credential;
 pub mod diag;
+pub mod eval;
 pub mod flow;
 pub mod git;
 pub mod history;
 pub mod projection;
 pub mod row;
 pub mod scaffold;
+pub mod search;
 pub mod secrets;
 pub mod site;
 pub mod snapshot;

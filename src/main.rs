@@ -44,6 +44,42 @@ enum Command {
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         base_url: String,
     },
+    /// Ask the catalogue in plain words: the best row and ranked candidates.
+    Ask {
+        /// The request, e.g. "what time is it".
+        #[arg(required_unless_present = "batch")]
+        query: Option<String>,
+        /// Answer one query per line of FILE, one JSON line each, in input order.
+        #[arg(long, value_name = "FILE", conflicts_with = "query")]
+        batch: Option<PathBuf>,
+        #[arg(long, default_value = "site")]
+        site: PathBuf,
+        #[arg(long, default_value_t = 12)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+        /// The dispatcher's URL, for run-now and contract links.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        base_url: String,
+    },
+    /// Measure search quality on labelled queries (JSON lines: {"query", "keys"}).
+    Eval {
+        #[arg(long, value_name = "FILE.jsonl")]
+        queries: PathBuf,
+        #[arg(long, default_value = "site")]
+        site: PathBuf,
+        /// Fail (exit 1) when MRR@12 is below this.
+        #[arg(long)]
+        min_mrr: Option<f64>,
+        /// Fail (exit 1) when recall@5 is below this.
+        #[arg(long)]
+        min_recall5: Option<f64>,
+        #[arg(long)]
+        json: bool,
+        /// Field weights to try instead of the defaults, e.g. `key=2,what=1`.
+        #[arg(long)]
+        boosts: Option<capdir::search::Boosts>,
+    },
     /// Write a scaffold row to fill in.
     New {
         /// The new row's key, e.g. WEATHER_NOW.
@@ -66,6 +102,22 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { dir, format, base } => check(dir, format, base),
         Command::Build { dir, out, base_url } => build(dir, out, base_url),
+        Command::Ask {
+            query,
+            batch,
+            site,
+            limit,
+            json,
+            base_url,
+        } => ask(query, batch, site, limit, json, base_url),
+        Command::Eval {
+            queries,
+            site,
+            min_mrr,
+            min_recall5,
+            json,
+            boosts,
+        } => eval(queries, site, min_mrr, min_recall5, json, boosts),
         Command::New { key, kind, dir } => capdir::scaffold::write_new(&dir, &key, kind).map(|p| {
             println!(
                 "wrote {}: fill in every TODO(capdir), then run `capdir check`",
@@ -94,6 +146,11 @@ fn check(dir: PathBuf, format: Option<Format>, base: Option<String>) -> anyhow::
     let files = capdir::catalogue::read_dir(&dir)
         .map_err(|e| anyhow::anyhow!("cannot read catalogue directory {}: {e}", dir.display()))?;
     let mut checked = capdir::check::check_files(&files);
+    if !checked.has_errors() {
+        checked
+            .diags
+            .extend(capdir::check::asks_gate(&checked.rows));
+    }
     if let Some(rev) = base {
         let base_files = capdir::git::read_dir_at(&dir, &rev)?;
         capdir::check::against_base(&files, &mut checked, &base_files);
@@ -131,4 +188,93 @@ fn build(dir: PathBuf, out: PathBuf, base_url: String) -> anyhow::Result<ExitCod
         }
         Err(capdir::build::BuildError::Other(e)) => Err(e),
     }
+}
+
+fn open_searcher(site: &std::path::Path) -> anyhow::Result<capdir::search::Searcher> {
+    capdir::search::Searcher::open(&site.join("index"))
+        .map_err(|e| anyhow::anyhow!("{e:#}; run `capdir build` first"))
+}
+
+fn ask(
+    query: Option<String>,
+    batch: Option<PathBuf>,
+    site: PathBuf,
+    limit: usize,
+    json: bool,
+    base_url: String,
+) -> anyhow::Result<ExitCode> {
+    use std::io::Write as _;
+    let searcher = open_searcher(&site)?;
+    if let Some(file) = batch {
+        let text = std::fs::read_to_string(&file)?;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for line in text.lines() {
+            let keys: Vec<String> = searcher
+                .ask(line, limit)?
+                .into_iter()
+                .map(|h| h.key)
+                .collect();
+            writeln!(out, "{}", serde_json::json!({"query": line, "keys": keys}))?;
+        }
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let query = query.unwrap_or_default();
+    let answer = capdir::ask::answer(
+        &searcher,
+        &query,
+        limit,
+        &capdir::contract::Urls::new(&base_url),
+    )?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        print!("{}", answer.render());
+    }
+    Ok(if answer.best.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn eval(
+    queries: PathBuf,
+    site: PathBuf,
+    min_mrr: Option<f64>,
+    min_recall5: Option<f64>,
+    json: bool,
+    boosts: Option<capdir::search::Boosts>,
+) -> anyhow::Result<ExitCode> {
+    let mut searcher = open_searcher(&site)?;
+    if let Some(b) = boosts {
+        searcher = searcher.with_boosts(b);
+    }
+    let labelled = capdir::eval::read_queries(&std::fs::read_to_string(&queries)?)?;
+    let figures = capdir::eval::evaluate(&searcher, &labelled)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        print!("{}", figures.render());
+    }
+    let mut ok = true;
+    if let Some(floor) = min_mrr.filter(|f| figures.mrr_at_12 < *f) {
+        eprintln!(
+            "error: MRR@12 {:.3} is below the floor {floor}",
+            figures.mrr_at_12
+        );
+        ok = false;
+    }
+    if let Some(floor) = min_recall5.filter(|f| figures.recall_at_5 < *f) {
+        eprintln!(
+            "error: recall@5 {:.3} is below the floor {floor}",
+            figures.recall_at_5
+        );
+        ok = false;
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

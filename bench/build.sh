@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Benchmark `capdir build` against Hugo rendering the same contracts as pages, side by side
+# on the same machine in the same run. Prints a markdown table.
+#   bench/build.sh [ROWS...]    (default: 10000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v hugo >/dev/null || { echo "needs hugo (apt-get install hugo)"; exit 1; }
+cargo build --release --quiet
+CAPDIR="$PWD/target/release/capdir"
+OUT="${BENCH_OUT:-/tmp/capdir-bench}"
+sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000)
+
+peak() { /usr/bin/time -f "%e %M" "$@" 2>&1 >/dev/null | tail -1; }   # seconds, peak KiB
+
+echo "| rows | commits | capdir build s | capdir peak MiB | hugo s | hugo peak MiB | capdir/hugo | rebuild after 1 edit s |"
+echo "|---|---|---|---|---|---|---|---|"
+for n in "${sizes[@]}"; do
+  dir="$OUT/$n"
+  rm -rf "$dir"
+  python3 bench/gen_catalogue.py "$dir" "$n" "$((n / 10))" >/dev/null
+  commits=$(git -C "$dir" rev-list --count HEAD)
+  read -r cs cm < <(cd "$dir" && peak "$CAPDIR" build catalogue --out site)
+  read -r hs hm < <(cd "$dir/hugo" && rm -rf public && peak hugo --quiet)
+  # One row changes and is committed; build again.
+  f=$(ls "$dir/catalogue" | head -1)
+  sed -i 's/# OUTPUT: text/# OUTPUT: text, edited/' "$dir/catalogue/$f"
+  git -C "$dir" -c user.name=B -c user.email=b@example.com commit -qam "edit one row"
+  read -r rs _ < <(cd "$dir" && peak "$CAPDIR" build catalogue --out site)
+  ratio=$(python3 -c "print(f'{$cs / $hs:.2f}')")
+  echo "| $n | $commits | $cs | $((cm / 1024)) | $hs | $((hm / 1024)) | $ratio | $rs |"
+done

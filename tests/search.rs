@@ -1,0 +1,183 @@
+//! Ask: the tantivy index over the bundled catalogue and small fixtures — key words, stemming,
+//! disabled rows, tie-breaks, the asks gate, the on-disk index, and `ask --batch`.
+
+mod common;
+
+use capdir::catalogue::{SourceFile, read_dir};
+use capdir::check::{asks_gate, check_files};
+use capdir::row::Row;
+use capdir::search::Searcher;
+use std::path::Path;
+
+fn bundled() -> Vec<Row> {
+    let files = read_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue")).unwrap();
+    check_files(&files).rows
+}
+
+fn top(s: &Searcher, q: &str) -> Vec<String> {
+    s.ask(q, 12).unwrap().into_iter().map(|h| h.key).collect()
+}
+
+#[test]
+fn finds_rows_by_key_words_and_stems() {
+    let s = Searcher::in_memory(&bundled()).unwrap();
+    assert!(top(&s, "github issues")[..3].contains(&"GITHUB_LIST_ISSUES".to_string()));
+    assert!(
+        top(&s, "list the issues of a github repository")[..2]
+            .contains(&"GITHUB_LIST_ISSUES".to_string())
+    );
+    assert_eq!(top(&s, "what time is it now")[0], "NOW");
+    assert_eq!(top(&s, "hashing a text with sha256")[0], "SHA256");
+    assert!(
+        top(&s, "translating sentences into French")[..3].contains(&"TRANSLATE_TEXT".to_string())
+    );
+    assert!(top(&s, "").is_empty());
+    assert!(
+        top(&s, "the of and").is_empty(),
+        "stop words alone match nothing"
+    );
+}
+
+#[test]
+fn disabled_rows_never_appear() {
+    let rows = bundled();
+    let disabled: Vec<&Row> = rows.iter().filter(|r| !r.enabled).collect();
+    assert!(!disabled.is_empty());
+    let s = Searcher::in_memory(&rows).unwrap();
+    for r in disabled {
+        for q in r.asks.iter().chain(std::iter::once(&r.key)) {
+            assert!(!top(&s, q).contains(&r.key), "{} found by {q:?}", r.key);
+        }
+    }
+}
+
+fn row(key: &str, what: &str, rank: i64) -> SourceFile {
+    SourceFile {
+        path: format!("{key}.yaml").into(),
+        bytes: format!(
+            "key: {key}\ntype: fn\ntarget: echo\nplanner_rank: {rank}\ncontent: |\n  # WHAT: {what}\n  [\"$1\"]\n"
+        )
+        .into_bytes(),
+    }
+}
+
+#[test]
+fn equal_scores_go_to_the_lower_planner_rank() {
+    let rows = check_files(&[
+        row("TIE_A", "Convert a recipe.", 100),
+        row("TIE_B", "Convert a recipe.", 10),
+    ])
+    .rows;
+    let s = Searcher::in_memory(&rows).unwrap();
+    assert_eq!(top(&s, "convert recipe"), vec!["TIE_B", "TIE_A"]);
+}
+
+#[test]
+fn run_together_key_parts_are_split_with_the_catalogue_words() {
+    let rows = check_files(&[
+        row("WEATHERWHIZ", "Forecasts for any city.", 100),
+        row(
+            "OTHER_ROW",
+            "Whiz through weather reports and more weather.",
+            100,
+        ),
+    ])
+    .rows;
+    assert_eq!(
+        capdir::search::key_words(
+            "WEATHERWHIZ",
+            &["weather".to_string(), "whiz".to_string()]
+                .into_iter()
+                .collect()
+        ),
+        "weather whiz weatherwhiz"
+    );
+    let s = Searcher::in_memory(&rows).unwrap();
+    assert!(top(&s, "weather").contains(&"WEATHERWHIZ".to_string()));
+}
+
+#[test]
+fn asks_gate_names_the_row_and_the_ask() {
+    // Four rows about converting recipe units outrank a row that only has the words in an ask.
+    let mut files: Vec<SourceFile> = ["A", "B", "C", "D"]
+        .iter()
+        .map(|x| {
+            row(
+                &format!("CONVERT_RECIPE_UNITS_{x}"),
+                "Convert recipe units, recipe by recipe.",
+                100,
+            )
+        })
+        .collect();
+    files.push(SourceFile {
+        path: "LOST_ROW.yaml".into(),
+        bytes: b"key: LOST_ROW\ntype: fn\ntarget: echo\ncontent: |\n  # WHAT: Does something.\n  [\"$1\"]\nasks:\n  - convert my recipe units\n".to_vec(),
+    });
+    let checked = check_files(&files);
+    assert!(!checked.has_errors());
+    let d = asks_gate(&checked.rows);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].code, "ask_not_found");
+    assert_eq!(d[0].path, Path::new("LOST_ROW.yaml"));
+    assert_eq!((d[0].line, d[0].col), (8, 5));
+    assert!(
+        d[0].message.contains("convert my recipe units")
+            && d[0].message.contains("CONVERT_RECIPE_UNITS_A")
+    );
+    assert!(
+        asks_gate(&bundled()).is_empty(),
+        "every bundled ask finds its row"
+    );
+}
+
+#[test]
+fn on_disk_index_and_batch_answers_in_input_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let site = tmp.path().join("site");
+    let cat = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
+    capdir::build::run(&capdir::build::Options::new(&cat, &site)).unwrap();
+    let s = Searcher::open(&site.join("index")).unwrap();
+    assert_eq!(top(&s, "what time is it")[0], "NOW");
+    let queries = tmp.path().join("q.txt");
+    std::fs::write(
+        &queries,
+        "what time is it\nsha256 of a text\ncurrent temperature at coordinates\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args(["ask", "--batch"])
+        .arg(&queries)
+        .arg("--site")
+        .arg(&site)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["query"], "what time is it");
+    assert_eq!(lines[0]["keys"][0], "NOW");
+    assert_eq!(lines[1]["keys"][0], "SHA256");
+    assert_eq!(lines[2]["keys"][0], "WEATHER_CURRENT_TEMPERATURE");
+    let ask = std::process::Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args([
+            "ask",
+            "current temperature at coordinates",
+            "--json",
+            "--site",
+        ])
+        .arg(&site)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&ask.stdout).unwrap();
+    assert_eq!(v["best"]["key"], "WEATHER_CURRENT_TEMPERATURE");
+    assert!(
+        v["best"]["run_now_url"]
+            .as_str()
+            .unwrap()
+            .ends_with("invoke=WEATHER_CURRENT_TEMPERATURE&body=37.77%7C-122.42")
+    );
+}
