@@ -3,7 +3,7 @@
 commits (one per row added, plus edits), using `git fast-import` so 100,000 commits take
 seconds. Also writes the same rows as Hugo content for the side-by-side page benchmark.
 
-usage: gen_catalogue.py OUT_DIR ROWS [EDITS]
+usage: gen_catalogue.py OUT_DIR ROWS [EDITS] [ROWS_PER_COMMIT]
 """
 import os
 import random
@@ -49,6 +49,7 @@ def row(i, rng, rev=0):
 def main():
     out, n = sys.argv[1], int(sys.argv[2])
     edits = int(sys.argv[3]) if len(sys.argv) > 3 else n // 10
+    per_commit = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     rng = random.Random(42)
     os.makedirs(out, exist_ok=True)
     subprocess.run(["git", "init", "-q", "-b", "main", out], check=True)
@@ -58,26 +59,28 @@ def main():
     t = 1_700_000_000
     mark = 0
 
-    def commit(msg, path, data):
+    def commit(msg, files):
         nonlocal t, mark
         t += 60
         mark += 1
-        body = data.encode()
         w.write(f"commit refs/heads/main\nmark :{mark}\ncommitter Bench <bench@example.com> {t} +0000\n".encode())
         m = msg.encode()
         w.write(f"data {len(m)}\n".encode() + m + b"\n")
         if mark > 1:
             w.write(f"from :{mark - 1}\n".encode())
-        w.write(f"M 100644 inline {path}\ndata {len(body)}\n".encode() + body + b"\n")
+        for path, data in files:
+            body = data.encode()
+            w.write(f"M 100644 inline {path}\ndata {len(body)}\n".encode() + body + b"\n")
 
-    for key, text, _, _ in rows:
-        commit(f"Add {key}", f"catalogue/{key}.yaml", text)
+    for start in range(0, n, per_commit):
+        batch = rows[start:start + per_commit]
+        commit(f"Add {batch[0][0]} and {len(batch) - 1} more", [(f"catalogue/{k}.yaml", text) for k, text, _, _ in batch])
     for e in range(edits):
         i = rng.randrange(n)
         key, text, _, _ = row(i, random.Random(i), rev=e + 1)
         # Same key (seeded by i), new revision text.
         rows[i] = (rows[i][0], text.replace(key, rows[i][0]), rows[i][2], rows[i][3])
-        commit(f"Edit {rows[i][0]}", f"catalogue/{rows[i][0]}.yaml", rows[i][1])
+        commit(f"Edit {rows[i][0]}", [(f"catalogue/{rows[i][0]}.yaml", rows[i][1])])
     w.close()
     if fi.wait() != 0:
         sys.exit("git fast-import failed")
@@ -96,7 +99,7 @@ def main():
     for key, text, what, cat in rows:
         with open(os.path.join(hugo, "content", "k", key + ".md"), "w") as f:
             f.write(f"---\ntitle: {key}\n---\n\n# {key}\n\n`{cat} › {key}`\n\n**What:** {what}\n\n```\n{text}```\n")
-    print(f"{n} rows, {n + edits} commits in {out}")
+    print(f"{n} rows, {mark} commits in {out}")
 
 
 main()

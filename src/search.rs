@@ -22,6 +22,9 @@ use tantivy::{Index, IndexReader, Term, collector::TopDocs, doc};
 
 const ANALYZER: &str = "capdir_en";
 
+/// At most this many distinct terms of a request are scored: the rarest ones.
+pub const MAX_QUERY_TERMS: usize = 24;
+
 /// Per-field weights, chosen by measurement on the labelled set (see `capdir eval`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Boosts {
@@ -252,6 +255,9 @@ fn meta(row: &Row) -> RowMeta {
 pub struct Searcher {
     reader: IndexReader,
     fields: Fields,
+    /// Every indexed term, with a bit per field that holds it: query terms the index lacks
+    /// never become clauses, which keeps long questions cheap.
+    vocabulary: std::collections::HashMap<String, (u8, u32)>,
     rows: Vec<RowMeta>,
     boosts: Boosts,
     analyzer: TextAnalyzer,
@@ -350,6 +356,34 @@ fn make_deterministic(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+impl Fields {
+    /// The searchable text fields, in the order of their bits in the vocabulary.
+    fn text(&self) -> [Field; 7] {
+        [self.key, self.what, self.when, self.args, self.output, self.category, self.asks]
+    }
+}
+
+/// Term → (a bit per field holding it, its largest document frequency in any field).
+fn term_fields(reader: &IndexReader, fields: &Fields) -> Result<std::collections::HashMap<String, (u8, u32)>> {
+    let mut vocabulary = std::collections::HashMap::new();
+    let searcher = reader.searcher();
+    for segment in searcher.segment_readers() {
+        for (bit, field) in fields.text().into_iter().enumerate() {
+            let inverted = segment.inverted_index(field)?;
+            let mut terms = inverted.terms().stream()?;
+            while terms.advance() {
+                if let Ok(t) = std::str::from_utf8(terms.key()) {
+                    let df = terms.value().doc_freq;
+                    let e = vocabulary.entry(t.to_string()).or_insert((0u8, 0u32));
+                    e.0 |= 1 << bit;
+                    e.1 = e.1.max(df);
+                }
+            }
+        }
+    }
+    Ok(vocabulary)
+}
+
 impl Searcher {
     /// Open `site/index`.
     pub fn open(dir: &Path) -> Result<Searcher> {
@@ -358,8 +392,10 @@ impl Searcher {
         index.tokenizers().register(ANALYZER, analyzer());
         let fields = fields_of(&index.schema())?;
         let rows: Vec<RowMeta> = serde_json::from_slice(&std::fs::read(dir.join("rows.json"))?)?;
+        let reader = index.reader()?;
         Ok(Searcher {
-            reader: index.reader()?,
+            vocabulary: term_fields(&reader, &fields)?,
+            reader,
             fields,
             rows,
             boosts: Boosts::default(),
@@ -374,8 +410,10 @@ impl Searcher {
         let index = Index::create_in_ram(schema);
         index.tokenizers().register(ANALYZER, analyzer());
         add_rows(&index, &fields, &rows)?;
+        let reader = index.reader()?;
         Ok(Searcher {
-            reader: index.reader()?,
+            vocabulary: term_fields(&reader, &fields)?,
+            reader,
             fields,
             rows: rows.iter().map(|r| meta(r)).collect(),
             boosts: Boosts::default(),
@@ -422,20 +460,19 @@ impl Searcher {
             return Ok(Vec::new());
         }
         let b = self.boosts;
-        let f = &self.fields;
-        let weighted = [
-            (f.key, b.key),
-            (f.what, b.what),
-            (f.when, b.when),
-            (f.args, b.args),
-            (f.output, b.output),
-            (f.category, b.category),
-            (f.asks, b.asks),
-        ];
+        let boosts = [b.key, b.what, b.when, b.args, b.output, b.category, b.asks];
+        // Long requests keep their rarest terms: common words add little to BM25 and a lot
+        // to the work of scoring.
+        let mut known: Vec<(&String, u8, u32)> = terms
+            .iter()
+            .filter_map(|t| self.vocabulary.get(t).map(|&(mask, df)| (t, mask, df)))
+            .collect();
+        known.sort_by_key(|&(_, _, df)| df);
+        known.truncate(MAX_QUERY_TERMS);
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        for t in &terms {
-            for (field, boost) in weighted {
-                if boost > 0.0 {
+        for (t, mask, _) in known {
+            for (bit, (field, boost)) in self.fields.text().into_iter().zip(boosts).enumerate() {
+                if boost > 0.0 && mask & (1 << bit) != 0 {
                     let q = TermQuery::new(
                         Term::from_field_text(field, t),
                         IndexRecordOption::WithFreqs,
@@ -443,6 +480,9 @@ impl Searcher {
                     clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
                 }
             }
+        }
+        if clauses.is_empty() {
+            return Ok(Vec::new());
         }
         let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
