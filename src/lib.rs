@@ -4,6 +4,7 @@
 //! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
 
 pub mod args;
+pub mod breaker;
 pub mod builtins;
 pub mod catalogue;
 pub mod check;
@@ -11,7 +12,9 @@ pub mod credential;
 pub mod diag;
 pub mod flow;
 pub mod git;
+pub mod outcome;
 pub mod row;
+pub mod rowset;
 pub mod scaffold;
 pub mod secrets;
 pub mod target;
