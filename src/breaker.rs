@@ -223,19 +223,43 @@ impl SqliteStore {
         &self.path
     }
 
+    /// Run `f` on the connection, opening (and creating) the file first if needed.
     fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, String> {
+        self.with_mode(true, f)
+            .and_then(|r| r.ok_or_else(|| "breaker state not open".to_string()))
+    }
+
+    /// Like `with`, but `None` without creating anything when the file does not exist yet:
+    /// reads of a store nobody wrote to leave no file behind.
+    fn with_existing<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>, String> {
+        self.with_mode(false, f)
+    }
+
+    fn with_mode<T>(
+        &self,
+        create: bool,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>, String> {
         let mut guard = self
             .conn
             .lock()
             .map_err(|_| "breaker state lock poisoned".to_string())?;
         if guard.is_none() {
+            if !create && !self.path.exists() {
+                return Ok(None);
+            }
             *guard =
                 Some(self.open().map_err(|e| {
                     format!("cannot open breaker state {}: {e}", self.path.display())
                 })?);
         }
         let conn = guard.as_ref().ok_or("breaker state not open")?;
-        f(conn).map_err(|e| format!("breaker state {}: {e}", self.path.display()))
+        f(conn)
+            .map(Some)
+            .map_err(|e| format!("breaker state {}: {e}", self.path.display()))
     }
 
     fn open(&self) -> Result<Connection, String> {
@@ -265,7 +289,7 @@ fn from_unix(secs: Option<i64>) -> Option<DateTime<Utc>> {
 
 impl BreakerStore for SqliteStore {
     fn get(&self, name: &str) -> Result<BreakerState, String> {
-        self.with(|c| {
+        self.with_existing(|c| {
             c.query_row(
                 "SELECT failures, open_until FROM breaker WHERE name = ?1",
                 [name],
@@ -279,6 +303,7 @@ impl BreakerStore for SqliteStore {
             .optional()
             .map(Option::unwrap_or_default)
         })
+        .map(Option::unwrap_or_default)
     }
 
     fn record_rejection(
@@ -308,14 +333,12 @@ impl BreakerStore for SqliteStore {
     }
 
     fn clear(&self, name: &str) -> Result<(), String> {
-        self.with(|c| {
-            c.execute("DELETE FROM breaker WHERE name = ?1", [name])
-                .map(|_| ())
-        })
+        self.with_existing(|c| c.execute("DELETE FROM breaker WHERE name = ?1", [name]))
+            .map(|_| ())
     }
 
     fn list(&self) -> Result<Vec<(String, BreakerState)>, String> {
-        self.with(|c| {
+        self.with_existing(|c| {
             let mut stmt =
                 c.prepare("SELECT name, failures, open_until FROM breaker ORDER BY name")?;
             let rows = stmt.query_map([], |r| {
@@ -329,7 +352,14 @@ impl BreakerStore for SqliteStore {
             })?;
             rows.collect()
         })
+        .map(Option::unwrap_or_default)
     }
+}
+
+/// The data directory: `--data`, else `CAPDIR_DATA`, else `data`.
+pub fn data_dir(flag: Option<PathBuf>) -> PathBuf {
+    flag.or_else(|| std::env::var_os("CAPDIR_DATA").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("data"))
 }
 
 /// `capdir breaker list`: one line per credential.
@@ -393,6 +423,9 @@ mod tests {
     fn sqlite_state_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
+        let fresh = Breaker::in_data_dir(&data);
+        assert!(fresh.admit("T").is_ok() && fresh.store().list().unwrap().is_empty());
+        assert!(!data.exists(), "reads must not create the state file");
         trip(&Breaker::in_data_dir(&data), "T");
         let again = Breaker::in_data_dir(&data);
         assert_eq!(again.admit("T").unwrap_err().code, "breaker_open");
@@ -406,9 +439,9 @@ mod tests {
     #[test]
     fn unreadable_state_fails_named() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("not-a-dir");
-        std::fs::write(&file, "x").unwrap();
-        let b = Breaker::in_data_dir(&file);
+        // A directory where the state file should be: it exists but cannot be opened.
+        std::fs::create_dir_all(dir.path().join("state.sqlite")).unwrap();
+        let b = Breaker::in_data_dir(dir.path());
         let e = b.admit("K").unwrap_err();
         assert_eq!(e.code, "breaker:unavailable");
         assert!(e.detail.contains("state.sqlite"), "{}", e.detail);

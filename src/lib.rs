@@ -2,6 +2,7 @@
 //!
 //! The pipeline reads top to bottom: rows are read ([`catalogue`], [`row`]) and checked
 //! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
+//! [`invoke`] runs one row by key through its [`runner`] into an [`outcome`].
 
 pub mod args;
 pub mod breaker;
@@ -12,9 +13,11 @@ pub mod credential;
 pub mod diag;
 pub mod flow;
 pub mod git;
+pub mod invoke;
 pub mod outcome;
 pub mod row;
 pub mod rowset;
+pub mod runner;
 pub mod scaffold;
 pub mod secrets;
 pub mod target;

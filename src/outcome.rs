@@ -136,7 +136,7 @@ pub struct Outcome {
     /// Set when the status is `FAILED` or `REFUSED`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Failure>,
-    #[serde(serialize_with = "as_millis")]
+    #[serde(rename = "duration_ms", serialize_with = "as_millis")]
     pub duration: Duration,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
