@@ -5,7 +5,9 @@ use capdir::flow::{self, MAX_BRANCHES, MAX_STEPS, Step};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     match flow::parse(text) {
         Ok(f) => {
             assert!(!f.steps.is_empty());
@@ -19,6 +21,11 @@ fuzz_target!(|data: &[u8]| {
                 assert!(key.starts_with(|c: char| c.is_ascii_uppercase()), "{key:?}");
             }
         }
-        Err(e) => assert!(e.offset <= text.len(), "offset {} past {}", e.offset, text.len()),
+        Err(e) => assert!(
+            e.offset <= text.len(),
+            "offset {} past {}",
+            e.offset,
+            text.len()
+        ),
     }
 });

@@ -13,7 +13,10 @@ use std::collections::HashMap;
 fn shape(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::Object(m) => {
-            let inner: Vec<String> = m.iter().map(|(k, v)| format!("{k:?}:{}", shape(v))).collect();
+            let inner: Vec<String> = m
+                .iter()
+                .map(|(k, v)| format!("{k:?}:{}", shape(v)))
+                .collect();
             format!("{{{}}}", inner.join(","))
         }
         serde_json::Value::Array(a) => {
@@ -24,14 +27,23 @@ fn shape(v: &serde_json::Value) -> String {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     // template \0 arg1 \0 arg2 …
     let mut parts = text.split('\0');
     let template = parts.next().unwrap_or("");
     let args: Vec<String> = parts.map(str::to_string).collect();
     let mut bindings = HashMap::new();
-    bindings.insert("NAME".to_string(), args.first().cloned().unwrap_or_default());
-    let vars = Vars { args: &args, prev: Some(args.last().map_or("", String::as_str)), bindings: Some(&bindings) };
+    bindings.insert(
+        "NAME".to_string(),
+        args.first().cloned().unwrap_or_default(),
+    );
+    let vars = Vars {
+        args: &args,
+        prev: Some(args.last().map_or("", String::as_str)),
+        bindings: Some(&bindings),
+    };
 
     let _ = highest_slot(template);
     let _ = names(template);
@@ -46,7 +58,11 @@ fuzz_target!(|data: &[u8]| {
     if !template.contains("$$") {
         let skeleton = |fill: &str| {
             let neutral = vec![fill.to_string(); args.len()];
-            let v = Vars { args: &neutral, prev: Some(fill), bindings: None };
+            let v = Vars {
+                args: &neutral,
+                prev: Some(fill),
+                bindings: None,
+            };
             render(template, Context::Json, v)
                 .ok()
                 .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
@@ -54,11 +70,23 @@ fuzz_target!(|data: &[u8]| {
         };
         if let (Some(a), Some(b), Some(c)) = (skeleton("0"), skeleton("1"), skeleton("x")) {
             if a == b && b == c {
-                let hostile = Vars { bindings: None, ..vars };
-                let rendered = render(template, Context::Json, hostile).expect("same args as neutral");
-                let got = serde_json::from_str::<serde_json::Value>(&rendered)
-                    .unwrap_or_else(|e| panic!("template {template:?} args {args:?} -> invalid JSON {rendered}: {e}"));
-                assert_eq!(a, shape(&got), "template {template:?} args {args:?} -> {rendered}");
+                let hostile = Vars {
+                    bindings: None,
+                    ..vars
+                };
+                let rendered =
+                    render(template, Context::Json, hostile).expect("same args as neutral");
+                let got =
+                    serde_json::from_str::<serde_json::Value>(&rendered).unwrap_or_else(|e| {
+                        panic!(
+                            "template {template:?} args {args:?} -> invalid JSON {rendered}: {e}"
+                        )
+                    });
+                assert_eq!(
+                    a,
+                    shape(&got),
+                    "template {template:?} args {args:?} -> {rendered}"
+                );
             }
         }
     }
@@ -66,7 +94,11 @@ fuzz_target!(|data: &[u8]| {
     // URL: an accepted http target keeps its origin whatever the arguments.
     if let Ok(target) = HttpTarget::parse(&format!("GET {template}")) {
         if let Err(f) = render_url(&target, vars) {
-            assert_ne!(f.code, "http:origin_changed", "template {template:?} args {args:?}: {}", f.detail);
+            assert_ne!(
+                f.code, "http:origin_changed",
+                "template {template:?} args {args:?}: {}",
+                f.detail
+            );
         }
     }
 });
