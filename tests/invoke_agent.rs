@@ -263,3 +263,36 @@ async fn agent_failures_are_named() {
             .starts_with("ERR:agent:fetch:")
     );
 }
+
+#[tokio::test]
+async fn rejected_model_key_opens_the_breaker() {
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                (StatusCode::UNAUTHORIZED, "invalid api key")
+            }
+        }),
+    );
+    let addr = serve(app).await;
+    let inv = invoker_with(rows(), config(addr));
+    for _ in 0..8 {
+        assert_eq!(
+            call(&inv, "ASK_DIRECT", "x").await.output,
+            "ERR:agent:401:invalid api key"
+        );
+    }
+    let o = call(&inv, "ASK_DIRECT", "x").await;
+    assert!(
+        o.output
+            .starts_with("ERR:breaker_open:AG_DIRECT_KEY:until "),
+        "{}",
+        o.output
+    );
+    assert_eq!(o.status, Status::Refused);
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 8);
+}

@@ -313,6 +313,12 @@ async fn body_headers_and_status_errors() {
 
     let o = call(&inv, "CLOSED", "").await;
     assert!(o.output.starts_with("ERR:http:fetch:"), "{}", o.output);
+    // The reason names the cause, never the URL (a query credential would be in it).
+    assert!(
+        o.output.contains("Connection refused") && !o.output.contains("127.0.0.1"),
+        "{}",
+        o.output
+    );
     assert_eq!(o.error_code(), Some("http:fetch"));
 
     // A same-origin redirect is followed (here to a route that wants a token).
