@@ -87,7 +87,7 @@ async fn fan_out_runs_concurrently_in_branch_order() {
                     "F",
                     "flow",
                     "",
-                    "{ WAIT: 400 => SLOW | WAIT: 10 | UP: $1 } => ALL > ECHO: $SLOW / $ALL",
+                    "{ WAIT: 300 => SLOW | WAIT: 250 | UP: $1 } => ALL > ECHO: $SLOW / $ALL",
                     json!({}),
                 ),
             ],
@@ -99,7 +99,7 @@ async fn fan_out_runs_concurrently_in_branch_order() {
     let took = started.elapsed();
     assert_eq!(
         o.output,
-        r#"HTTP 200:waited 400 / ["HTTP 200:waited 400","HTTP 200:waited 10","X"]"#
+        r#"HTTP 200:waited 300 / ["HTTP 200:waited 300","HTTP 200:waited 250","X"]"#
     );
     assert!(
         took < Duration::from_millis(800),
