@@ -359,12 +359,23 @@ fn make_deterministic(dir: &Path) -> Result<()> {
 impl Fields {
     /// The searchable text fields, in the order of their bits in the vocabulary.
     fn text(&self) -> [Field; 7] {
-        [self.key, self.what, self.when, self.args, self.output, self.category, self.asks]
+        [
+            self.key,
+            self.what,
+            self.when,
+            self.args,
+            self.output,
+            self.category,
+            self.asks,
+        ]
     }
 }
 
 /// Term → (a bit per field holding it, its largest document frequency in any field).
-fn term_fields(reader: &IndexReader, fields: &Fields) -> Result<std::collections::HashMap<String, (u8, u32)>> {
+fn term_fields(
+    reader: &IndexReader,
+    fields: &Fields,
+) -> Result<std::collections::HashMap<String, (u8, u32)>> {
     let mut vocabulary = std::collections::HashMap::new();
     let searcher = reader.searcher();
     for segment in searcher.segment_readers() {
