@@ -26,15 +26,15 @@ const ANALYZER: &str = "capdir_en";
 pub const MAX_QUERY_TERMS: usize = 24;
 
 /// Per-field weights, chosen by measurement on the labelled set (see `capdir eval`).
+/// Three fields keep long requests cheap: each term costs one clause per field.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Boosts {
+    /// The key's words.
     pub key: f32,
+    /// The `# WHAT:` line.
     pub what: f32,
-    pub when: f32,
-    pub args: f32,
-    pub output: f32,
-    pub category: f32,
-    pub asks: f32,
+    /// WHEN_TO_USE, ARGS, OUTPUT, category and asks, as one field.
+    pub more: f32,
 }
 
 impl Default for Boosts {
@@ -42,11 +42,7 @@ impl Default for Boosts {
         Boosts {
             key: 1.0,
             what: 1.0,
-            when: 0.6,
-            args: 0.2,
-            output: 0.3,
-            category: 0.5,
-            asks: 0.8,
+            more: 0.6,
         }
     }
 }
@@ -68,12 +64,8 @@ impl std::str::FromStr for Boosts {
             let slot = match name.trim() {
                 "key" => &mut b.key,
                 "what" => &mut b.what,
-                "when" => &mut b.when,
-                "args" => &mut b.args,
-                "output" => &mut b.output,
-                "category" => &mut b.category,
-                "asks" => &mut b.asks,
-                other => return Err(format!("unknown field `{other}`")),
+                "more" => &mut b.more,
+                other => return Err(format!("unknown field `{other}` (key, what, more)")),
             };
             *slot = v;
         }
@@ -110,11 +102,7 @@ struct Fields {
     ord: Field,
     key: Field,
     what: Field,
-    when: Field,
-    args: Field,
-    output: Field,
-    category: Field,
-    asks: Field,
+    more: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -128,11 +116,7 @@ fn schema() -> (Schema, Fields) {
         ord: b.add_u64_field("ord", tantivy::schema::FAST),
         key: b.add_text_field("key", text.clone()),
         what: b.add_text_field("what", text.clone()),
-        when: b.add_text_field("when", text.clone()),
-        args: b.add_text_field("args", text.clone()),
-        output: b.add_text_field("output", text.clone()),
-        category: b.add_text_field("category", text.clone()),
-        asks: b.add_text_field("asks", text),
+        more: b.add_text_field("more", text),
     };
     (b.build(), fields)
 }
@@ -147,11 +131,7 @@ fn fields_of(schema: &Schema) -> Result<Fields> {
         ord: f("ord")?,
         key: f("key")?,
         what: f("what")?,
-        when: f("when")?,
-        args: f("args")?,
-        output: f("output")?,
-        category: f("category")?,
-        asks: f("asks")?,
+        more: f("more")?,
     })
 }
 
@@ -272,11 +252,14 @@ fn add_rows(index: &Index, fields: &Fields, rows: &[&Row]) -> Result<()> {
             fields.ord => i as u64,
             fields.key => key_words(&r.key, &vocabulary),
             fields.what => d.what.clone().unwrap_or_default(),
-            fields.when => d.when_to_use.clone().unwrap_or_default(),
-            fields.args => d.args.clone().unwrap_or_default(),
-            fields.output => d.output.clone().unwrap_or_default(),
-            fields.category => r.category.replace('-', " "),
-            fields.asks => r.asks.join("\n"),
+            fields.more => [
+                d.when_to_use.as_deref().unwrap_or(""),
+                d.args.as_deref().unwrap_or(""),
+                d.output.as_deref().unwrap_or(""),
+                &r.category.replace('-', " "),
+                &r.asks.join("\n"),
+            ]
+            .join("\n"),
         ))?;
     }
     writer.commit()?;
@@ -358,16 +341,8 @@ fn make_deterministic(dir: &Path) -> Result<()> {
 
 impl Fields {
     /// The searchable text fields, in the order of their bits in the vocabulary.
-    fn text(&self) -> [Field; 7] {
-        [
-            self.key,
-            self.what,
-            self.when,
-            self.args,
-            self.output,
-            self.category,
-            self.asks,
-        ]
+    fn text(&self) -> [Field; 3] {
+        [self.key, self.what, self.more]
     }
 }
 
@@ -471,7 +446,7 @@ impl Searcher {
             return Ok(Vec::new());
         }
         let b = self.boosts;
-        let boosts = [b.key, b.what, b.when, b.args, b.output, b.category, b.asks];
+        let boosts = [b.key, b.what, b.more];
         // Long requests keep their rarest terms: common words add little to BM25 and a lot
         // to the work of scoring.
         let mut known: Vec<(&String, u8, u32)> = terms
