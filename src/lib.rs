@@ -2,9 +2,11 @@
 //!
 //! The pipeline reads top to bottom: rows are read ([`catalogue`], [`row`]) and checked
 //! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
+//! [`invoke`] runs one row by key through its [`runner`] into an [`outcome`].
 
 pub mod args;
 pub mod ask;
+pub mod breaker;
 pub mod build;
 pub mod builtins;
 pub mod catalogue;
@@ -16,8 +18,12 @@ pub mod eval;
 pub mod flow;
 pub mod git;
 pub mod history;
+pub mod invoke;
+pub mod outcome;
 pub mod projection;
 pub mod row;
+pub mod rowset;
+pub mod runner;
 pub mod scaffold;
 pub mod search;
 pub mod secrets;

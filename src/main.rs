@@ -91,6 +91,41 @@ enum Command {
         #[arg(long, default_value = "catalogue")]
         dir: PathBuf,
     },
+    /// Invoke one row by key and print its result; exit 1 when it fails or is refused.
+    Invoke {
+        /// The row's key, e.g. SHA256.
+        key: String,
+        /// The arguments as one string, split on `|`: `37.77|-122.42`.
+        body: Option<String>,
+        /// The arguments by name, as a JSON object (instead of BODY).
+        #[arg(long, value_name = "JSON")]
+        args: Option<String>,
+        /// The catalogue directory.
+        #[arg(long, default_value = "catalogue")]
+        catalogue: PathBuf,
+        /// Print the outcome as JSON: key, status, output, usage, error.
+        #[arg(long)]
+        json: bool,
+        /// Where state lives (breaker); default `$CAPDIR_DATA`, else `data`.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
+    /// Show or reset the per-credential circuit breakers.
+    Breaker {
+        #[command(subcommand)]
+        action: BreakerAction,
+        /// Where state lives; default `$CAPDIR_DATA`, else `data`.
+        #[arg(long, value_name = "DIR", global = true)]
+        data: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BreakerAction {
+    /// Every credential with a breaker record, and whether it is open.
+    List,
+    /// Close the breaker of one credential (its name as `list` shows it).
+    Reset { name: String },
 }
 
 fn parse_type(s: &str) -> Result<RowType, String> {
@@ -125,6 +160,30 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }),
+        Command::Invoke {
+            key,
+            body,
+            args,
+            catalogue,
+            json,
+            data,
+        } => capdir::invoke::command(
+            &catalogue,
+            &capdir::breaker::data_dir(data),
+            &key,
+            body,
+            args.as_deref(),
+            json,
+        )
+        .map(|(text, ok)| {
+            print!("{text}");
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }),
+        Command::Breaker { action, data } => breaker(action, capdir::breaker::data_dir(data)),
     };
     match result {
         Ok(code) => code,
@@ -277,4 +336,25 @@ fn eval(
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn breaker(action: BreakerAction, data: PathBuf) -> anyhow::Result<ExitCode> {
+    let breaker = capdir::breaker::Breaker::in_data_dir(&data);
+    match action {
+        BreakerAction::List => {
+            let states = breaker.store().list().map_err(anyhow::Error::msg)?;
+            print!(
+                "{}",
+                capdir::breaker::render_list(&states, chrono::Utc::now())
+            );
+        }
+        BreakerAction::Reset { name } => {
+            if breaker.reset(&name).map_err(anyhow::Error::msg)? {
+                println!("breaker for {name} closed");
+            } else {
+                println!("{name} had no breaker record; nothing to reset");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,15 @@
-//! Helpers shared by the integration tests: temporary Git repositories with fixed dates, so
-//! commit ids and everything derived from them are the same on every run.
+//! Helpers shared by the integration tests: temporary Git repositories with fixed dates,
+//! rows written at test time, an invoker over them, and loopback servers.
 
 #![allow(dead_code)]
 
+use capdir::invoke::{Input, Invoker, InvokerConfig};
+use capdir::outcome::Outcome;
+use capdir::row::{Row, parse_row};
+use capdir::rowset::RowSet;
+use capdir::runner::Environment;
+use serde_json::{Value as Json, json};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -77,4 +84,79 @@ pub fn fixture(rel: &str) -> String {
             .join(rel),
     )
     .unwrap()
+}
+
+/// A row from its fields; `content` is built from `what`, `args` and `payload`.
+pub fn row(key: &str, kind: &str, target: &str, payload: &str) -> Row {
+    row_with(key, kind, target, payload, json!({}))
+}
+
+/// Like `row`, with more fields (`auth`, `input_schema`, `includes`, …) merged in.
+pub fn row_with(key: &str, kind: &str, target: &str, payload: &str, extra: Json) -> Row {
+    let mut fields = json!({
+        "key": key,
+        "type": kind,
+        "target": target,
+        "content": format!("# WHAT: test row {key}\n# ARGS: $1=first, $2=second\n{payload}\n"),
+    });
+    if let (Some(f), Some(e)) = (fields.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            f.insert(k.clone(), v.clone());
+        }
+    }
+    let text = serde_yaml::to_string(&fields).expect("yaml");
+    let parsed = parse_row(Path::new(&format!("{key}.yaml")), text.as_bytes());
+    match parsed.row {
+        Some(r) if parsed.diags.is_empty() => r,
+        _ => panic!("fixture row {key} does not parse: {:?}", parsed.diags),
+    }
+}
+
+pub fn invoker(rows: Vec<Row>, env: Environment) -> Invoker {
+    invoker_with(
+        rows,
+        InvokerConfig {
+            env,
+            ..Default::default()
+        },
+    )
+}
+
+pub fn invoker_with(rows: Vec<Row>, config: InvokerConfig) -> Invoker {
+    Invoker::new(RowSet::from_rows(rows), config).expect("invoker")
+}
+
+pub fn bundled() -> Invoker {
+    Invoker::new(
+        RowSet::from_dir(Path::new("catalogue")).expect("bundled catalogue"),
+        InvokerConfig {
+            env: Environment::fixed::<&str, &str>([]),
+            ..Default::default()
+        },
+    )
+    .expect("invoker")
+}
+
+pub async fn call(inv: &Invoker, key: &str, body: &str) -> Outcome {
+    inv.invoke(key, Input::body(body)).await
+}
+
+/// Serve `router` on 127.0.0.1 at a free port, for the rest of the test.
+pub async fn serve(router: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    addr
+}
+
+/// A loopback port with nothing listening (bound, then released).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    drop(l);
+    port
 }

@@ -1,0 +1,108 @@
+//! `capdir invoke` and `capdir breaker` as a user runs them: output, `--json`, exit codes.
+
+use std::process::Command;
+
+fn capdir(args: &[&str], data: &std::path::Path) -> (String, String, i32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args(args)
+        .env("CAPDIR_DATA", data)
+        .env_remove("CAPDIR_GATEWAY_BASE_URL")
+        .output()
+        .expect("run capdir");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+#[test]
+fn invoke_prints_and_sets_the_exit_code() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let d = data.path();
+    assert_eq!(
+        capdir(&["invoke", "ECHO", "a|b"], d),
+        ("a|b\n".into(), String::new(), 0)
+    );
+    let (out, _, code) = capdir(
+        &[
+            "invoke",
+            "JSON_GET",
+            "--args",
+            r#"{"path": "a", "json": "{\"a\": 7}"}"#,
+        ],
+        d,
+    );
+    assert_eq!((out.as_str(), code), ("7\n", 0));
+
+    let (out, _, code) = capdir(&["invoke", "ECHO", "hi", "--json"], d);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(code, 0);
+    assert_eq!(
+        (
+            v["key"].as_str(),
+            v["status"].as_str(),
+            v["output"].as_str()
+        ),
+        (Some("ECHO"), Some("PROVEN_MATERIAL_RESULT"), Some("hi"))
+    );
+
+    let (out, _, code) = capdir(&["invoke", "ECHO_", "hi", "--json"], d);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(code, 1);
+    assert_eq!(v["status"], "REFUSED");
+    assert_eq!(v["error"]["code"], "unknown_key");
+    assert_eq!(v["error"]["did_you_mean"][0], "ECHO");
+
+    let (out, _, code) = capdir(&["invoke", "JSON_GET", "a"], d);
+    assert_eq!(code, 1);
+    assert!(
+        out.starts_with("ERR:missing_args:JSON_GET needs 2 arguments, got 1; # ARGS:"),
+        "{out}"
+    );
+
+    let (_, err, code) = capdir(&["invoke", "ECHO", "x", "--args", "{}"], d);
+    assert_eq!(code, 2);
+    assert!(err.contains("not both"), "{err}");
+    let (_, err, code) = capdir(
+        &[
+            "invoke",
+            "ECHO",
+            "x",
+            "--catalogue",
+            "tests/fixtures/broken/bad_category",
+        ],
+        d,
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("does not pass `capdir check`") && err.contains("bad_category"),
+        "{err}"
+    );
+    assert!(
+        !d.join("state.sqlite").exists(),
+        "no credential was sent, so no state file"
+    );
+}
+
+#[test]
+fn breaker_list_and_reset() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let d = data.path();
+    let (out, _, code) = capdir(&["breaker", "list"], d);
+    assert_eq!(
+        (out.as_str(), code),
+        ("no breaker records: every credential is closed\n", 0)
+    );
+    let b = capdir::breaker::Breaker::in_data_dir(d);
+    for _ in 0..8 {
+        let before = b.admit("SOME_TOKEN").expect("closed");
+        b.record("SOME_TOKEN", 403, before);
+    }
+    let (out, _, _) = capdir(&["breaker", "list", "--data", &d.display().to_string()], d);
+    assert!(out.starts_with("SOME_TOKEN\tOPEN until 20"), "{out}");
+    let (out, _, code) = capdir(&["breaker", "reset", "SOME_TOKEN"], d);
+    assert_eq!((out.as_str(), code), ("breaker for SOME_TOKEN closed\n", 0));
+    let (out, _, _) = capdir(&["breaker", "list"], d);
+    assert!(out.starts_with("no breaker records"), "{out}");
+}
