@@ -103,6 +103,9 @@ enum Command {
         /// The catalogue directory.
         #[arg(long, default_value = "catalogue")]
         catalogue: PathBuf,
+        /// Invoke against a built site's snapshot instead of the catalogue directory.
+        #[arg(long, value_name = "DIR", conflicts_with = "catalogue")]
+        site: Option<PathBuf>,
         /// Print the outcome as JSON: key, status, output, usage, error.
         #[arg(long)]
         json: bool,
@@ -165,10 +168,12 @@ fn main() -> ExitCode {
             body,
             args,
             catalogue,
+            site,
             json,
             data,
         } => capdir::invoke::command(
             &catalogue,
+            site.as_deref(),
             &capdir::breaker::data_dir(data),
             &key,
             body,
