@@ -19,6 +19,7 @@ pub mod flow;
 pub mod git;
 pub mod history;
 pub mod invoke;
+pub mod ledger;
 pub mod outcome;
 pub mod projection;
 pub mod row;
