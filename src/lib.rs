@@ -28,6 +28,7 @@ pub mod runner;
 pub mod scaffold;
 pub mod search;
 pub mod secrets;
+pub mod server;
 pub mod site;
 pub mod snapshot;
 pub mod target;
