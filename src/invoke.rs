@@ -285,6 +285,7 @@ fn args_line(callable: &Callable) -> String {
 /// the text to print and whether the call succeeded (the exit code).
 pub fn command(
     catalogue: &Path,
+    site: Option<&Path>,
     data_dir: &Path,
     key: &str,
     body: Option<String>,
@@ -304,7 +305,10 @@ pub fn command(
         },
         (body, None) => Input::Body(body.unwrap_or_default()),
     };
-    let rows = RowSet::from_dir(catalogue)?;
+    let rows = match site {
+        Some(site) => RowSet::from_site(site)?,
+        None => RowSet::from_dir(catalogue)?,
+    };
     let config = InvokerConfig::from_env(data_dir).map_err(anyhow::Error::msg)?;
     let invoker = Invoker::new(rows, config).map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_current_thread()

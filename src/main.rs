@@ -103,12 +103,41 @@ enum Command {
         /// The catalogue directory.
         #[arg(long, default_value = "catalogue")]
         catalogue: PathBuf,
+        /// Invoke against a built site's snapshot instead of the catalogue directory.
+        #[arg(long, value_name = "DIR", conflicts_with = "catalogue")]
+        site: Option<PathBuf>,
         /// Print the outcome as JSON: key, status, output, usage, error.
         #[arg(long)]
         json: bool,
         /// Where state lives (breaker); default `$CAPDIR_DATA`, else `data`.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+    },
+    /// Run the dispatcher: ask, contracts, invoke with durable receipts, the static site.
+    Serve {
+        /// The built site; built from the bundled catalogue first when it has no snapshot.
+        #[arg(long, default_value = "site")]
+        site: PathBuf,
+        /// Where to listen (loopback by default).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: std::net::SocketAddr,
+        /// The receipt ledger: `sqlite:PATH`.
+        #[arg(long, default_value = "sqlite:data/ledger.sqlite")]
+        ledger: String,
+        /// The public URL, for the links in answers.
+        #[arg(long)]
+        base_url: Option<String>,
+        /// Where breaker state lives; default `$CAPDIR_DATA`, else `data`.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
+    /// Check or read the receipt ledger.
+    Ledger {
+        #[command(subcommand)]
+        action: LedgerAction,
+        /// The receipt ledger: `sqlite:PATH`.
+        #[arg(long, default_value = "sqlite:data/ledger.sqlite", global = true)]
+        ledger: String,
     },
     /// Show or reset the per-credential circuit breakers.
     Breaker {
@@ -126,6 +155,14 @@ enum BreakerAction {
     List,
     /// Close the breaker of one credential (its name as `list` shows it).
     Reset { name: String },
+}
+
+#[derive(Subcommand)]
+enum LedgerAction {
+    /// Walk the hash chain; name the first broken link (exit 1).
+    Verify,
+    /// Print one receipt as JSON.
+    Show { id: String },
 }
 
 fn parse_type(s: &str) -> Result<RowType, String> {
@@ -165,10 +202,12 @@ fn main() -> ExitCode {
             body,
             args,
             catalogue,
+            site,
             json,
             data,
         } => capdir::invoke::command(
             &catalogue,
+            site.as_deref(),
             &capdir::breaker::data_dir(data),
             &key,
             body,
@@ -183,6 +222,14 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }),
+        Command::Serve {
+            site,
+            addr,
+            ledger,
+            base_url,
+            data,
+        } => serve(site, addr, ledger, base_url, data),
+        Command::Ledger { action, ledger } => ledger_cmd(action, ledger),
         Command::Breaker { action, data } => breaker(action, capdir::breaker::data_dir(data)),
     };
     match result {
@@ -191,6 +238,82 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+fn serve(
+    site: PathBuf,
+    addr: std::net::SocketAddr,
+    ledger: String,
+    base_url: Option<String>,
+    data: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let base_url = base_url.unwrap_or_else(|| format!("http://{addr}"));
+    if !site.join("catalogue.sqlite").exists() {
+        tracing::info!(site = %site.display(), "no site yet: building the bundled catalogue");
+        let opts = capdir::build::Options {
+            base_url: base_url.clone(),
+            ..capdir::build::Options::new("catalogue", &site)
+        };
+        capdir::build::run(&opts).map_err(|e| match e {
+            capdir::build::BuildError::Check(d) => {
+                anyhow::anyhow!("the catalogue has errors:\n{d}")
+            }
+            capdir::build::BuildError::Other(e) => e,
+        })?;
+    }
+    let data = capdir::breaker::data_dir(data);
+    let ledger = capdir::ledger::SqliteLedger::open(&capdir::ledger::parse_url(&ledger))?;
+    let settings = capdir::server::Settings {
+        owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
+        base_url,
+        config: capdir::invoke::InvokerConfig::from_env(&data).map_err(anyhow::Error::msg)?,
+        ..capdir::server::Settings::new(&site, std::sync::Arc::new(ledger))
+    };
+    if settings.owner_key.as_deref().unwrap_or("").is_empty() {
+        tracing::warn!("CAPDIR_OWNER_KEY is not set: nobody can invoke or read receipts");
+    }
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let state = capdir::server::AppState::new(settings)?;
+        state.spawn_reloader(std::time::Duration::from_millis(200));
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(addr = %listener.local_addr()?, "serving");
+        axum::serve(listener, capdir::server::app(state)).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn ledger_cmd(action: LedgerAction, ledger: String) -> anyhow::Result<ExitCode> {
+    let path = capdir::ledger::parse_url(&ledger);
+    match action {
+        LedgerAction::Verify => match capdir::ledger::verify(&path)? {
+            capdir::ledger::Verdict::Intact { receipts } => {
+                println!("ok: {receipts} receipts, every link holds");
+                Ok(ExitCode::SUCCESS)
+            }
+            capdir::ledger::Verdict::Broken { seq, id, why } => {
+                println!("broken at receipt {seq} ({id}): {why}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        LedgerAction::Show { id } => match capdir::ledger::get(&path, &id)? {
+            Some(r) => {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("no receipt {id} in {}", path.display());
+                Ok(ExitCode::FAILURE)
+            }
+        },
     }
 }
 

@@ -121,6 +121,15 @@ impl RowSet {
         Ok(RowSet::from_rows(checked.rows))
     }
 
+    /// The enabled rows of a built site's snapshot (`site/catalogue.sqlite`). The build checked
+    /// them, so they are not checked again.
+    pub fn from_site(site: &Path) -> anyhow::Result<RowSet> {
+        let snap = crate::snapshot::open(&site.join("catalogue.sqlite"))?;
+        Ok(RowSet::from_rows(
+            snap.rows.into_iter().filter(|r| r.enabled).collect(),
+        ))
+    }
+
     pub fn get(&self, key: &str) -> Option<&Callable> {
         self.rows.get(key)
     }

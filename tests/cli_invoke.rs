@@ -106,3 +106,78 @@ fn breaker_list_and_reset() {
     let (out, _, _) = capdir(&["breaker", "list"], d);
     assert!(out.starts_with("no breaker records"), "{out}");
 }
+
+#[test]
+fn invoke_against_a_built_site() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let d = data.path();
+    let site = d.join("site");
+    capdir::build::run(&capdir::build::Options::new("catalogue", &site)).expect("build");
+    let site = site.to_str().expect("utf-8 path");
+    assert_eq!(
+        capdir(&["invoke", "UPPER", "abc", "--site", site], d),
+        ("ABC\n".into(), String::new(), 0)
+    );
+    let (out, _, code) = capdir(&["invoke", "UPPR", "abc", "--site", site], d);
+    assert_eq!(code, 1);
+    assert!(out.contains("unknown_key"), "{out}");
+}
+
+#[test]
+fn ledger_verify_and_show() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let d = data.path();
+    let path = d.join("ledger.sqlite");
+    let url = format!("sqlite:{}", path.display());
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let id = runtime.block_on(async {
+        use capdir::ledger::{Ledger, SqliteLedger};
+        let ledger = SqliteLedger::open(&path).expect("open");
+        let mut last = String::new();
+        for key in ["A", "B", "C"] {
+            let draft = capdir::ledger::Draft {
+                id: capdir::ledger::new_id(),
+                key: key.into(),
+                actor: "owner".into(),
+                runner: "fn".into(),
+                trace_id: "t".into(),
+                started_at: "s".into(),
+                finished_at: "f".into(),
+                status: "PROVEN_MATERIAL_RESULT".into(),
+                error_code: None,
+                cost_usd: None,
+                input_sha256: String::new(),
+                output_sha256: String::new(),
+                contract_sha256: String::new(),
+                catalogue_commit: String::new(),
+                repairs: None,
+                input: "in".into(),
+                output: "out".into(),
+            };
+            last = ledger.append(draft).await.expect("append").draft.id;
+        }
+        last
+    });
+    let (out, _, code) = capdir(&["ledger", "verify", "--ledger", &url], d);
+    assert_eq!(
+        (out.as_str(), code),
+        ("ok: 3 receipts, every link holds\n", 0)
+    );
+    let (out, _, code) = capdir(&["ledger", "show", &id, "--ledger", &url], d);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!((v["key"].as_str(), v["seq"].as_i64()), (Some("C"), Some(3)));
+    let (_, _, code) = capdir(&["ledger", "show", "inv_missing", "--ledger", &url], d);
+    assert_eq!(code, 1);
+
+    rusqlite::Connection::open(&path)
+        .expect("db")
+        .execute(
+            "UPDATE receipts SET body = replace(body, '\"B\"', '\"Z\"') WHERE seq = 2",
+            [],
+        )
+        .expect("tamper");
+    let (out, _, code) = capdir(&["ledger", "verify", "--ledger", &url], d);
+    assert_eq!(code, 1);
+    assert!(out.starts_with("broken at receipt 2 "), "{out}");
+}

@@ -1,0 +1,14 @@
+-- wrk script: POST one invocation of ECHO with the owner key (bench/dispatch.sh).
+wrk.method = "POST"
+wrk.body = '{"key": "ECHO", "body": "hello from wrk"}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["x-owner-key"] = os.getenv("CAPDIR_OWNER_KEY") or "bench-owner"
+
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT %.1f %.3f %.3f %d %d\n",
+    summary.requests / (summary.duration / 1e6),
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    summary.errors.status + summary.errors.connect + summary.errors.read
+      + summary.errors.write + summary.errors.timeout,
+    summary.requests))
+end

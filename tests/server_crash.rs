@@ -1,0 +1,144 @@
+//! Receipts survive a crash: the real `capdir serve` is killed with SIGKILL while clients
+//! invoke, then restarted on the same ledger. Every invocation a client saw acknowledged must
+//! have exactly one receipt, and the chain must verify.
+
+use capdir::build::{self, Options};
+use rusqlite::Connection;
+use serde_json::{Value as Json, json};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const OWNER: &str = "crash-test-owner";
+const BIN: &str = env!("CARGO_BIN_EXE_capdir");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn start(dir: &Path, port: u16) -> Child {
+    Command::new(BIN)
+        .args(["serve", "--site"])
+        .arg(dir.join("site"))
+        .args(["--addr", &format!("127.0.0.1:{port}"), "--ledger"])
+        .arg(format!("sqlite:{}", dir.join("ledger.sqlite").display()))
+        .arg("--data")
+        .arg(dir.join("data"))
+        .env("CAPDIR_OWNER_KEY", OWNER)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn capdir serve")
+}
+
+async fn wait_ready(client: &reqwest::Client, port: u16) {
+    let started = Instant::now();
+    loop {
+        let url = format!("http://127.0.0.1:{port}/api/dispatch?map=1");
+        if let Ok(r) = client.get(url).send().await
+            && r.status() == 200
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn invoke(client: &reqwest::Client, port: u16, body: &str) -> Option<String> {
+    let res = client
+        .post(format!("http://127.0.0.1:{port}/api/dispatch"))
+        .header("x-owner-key", OWNER)
+        .json(&json!({"key": "ECHO", "body": body}))
+        .send()
+        .await
+        .ok()?;
+    if res.status() != 200 {
+        return None;
+    }
+    let v: Json = res.json().await.ok()?;
+    v["receipt"].as_str().map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_invocations_survive_sigkill() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
+    build::run(&Options::new(catalogue, dir.path().join("site"))).expect("build");
+    let port = free_port();
+    let client = reqwest::Client::new();
+    let mut server = start(dir.path(), port);
+    wait_ready(&client, port).await;
+
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let mut clients = Vec::new();
+    for c in 0..8 {
+        let (client, acked) = (client.clone(), acked.clone());
+        clients.push(tokio::spawn(async move {
+            for i in 0.. {
+                match invoke(&client, port, &format!("client {c} call {i}")).await {
+                    Some(id) => acked.lock().expect("lock").push(id),
+                    None => break,
+                }
+            }
+        }));
+    }
+    // Let load build up, then kill the server mid-flight.
+    let started = Instant::now();
+    while acked.lock().expect("lock").len() < 200 && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.kill().expect("SIGKILL");
+    server.wait().expect("reap");
+    for c in clients {
+        c.await.expect("client task");
+    }
+    let acked = acked.lock().expect("lock").clone();
+    assert!(
+        acked.len() >= 200,
+        "only {} calls before the kill",
+        acked.len()
+    );
+
+    let mut server = start(dir.path(), port);
+    wait_ready(&client, port).await;
+    let after = invoke(&client, port, "after the restart").await;
+    assert!(after.is_some(), "the restarted server invokes");
+    server.kill().expect("kill");
+    server.wait().expect("reap");
+
+    let db = Connection::open(dir.path().join("ledger.sqlite")).expect("ledger");
+    for id in &acked {
+        let n: i64 = db
+            .query_row("SELECT count(*) FROM receipts WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .expect("count");
+        assert_eq!(n, 1, "receipt {id} was acknowledged but has {n} rows");
+    }
+    let total: i64 = db
+        .query_row("SELECT count(*) FROM receipts", [], |r| r.get(0))
+        .expect("count");
+    assert!(total as usize > acked.len());
+    let verify = Command::new(BIN)
+        .args(["ledger", "verify", "--ledger"])
+        .arg(format!(
+            "sqlite:{}",
+            dir.path().join("ledger.sqlite").display()
+        ))
+        .output()
+        .expect("run verify");
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
