@@ -16,14 +16,16 @@ echo "| rows | commits | capdir build s | capdir peak MiB | hugo s | hugo peak M
 echo "|---|---|---|---|---|---|---|---|"
 for n in "${sizes[@]}"; do
   dir="$OUT/$n"
-  rm -rf "$dir"
-  python3 bench/gen_catalogue.py "$dir" "$n" "$((n / 10))" >/dev/null
+  if [ ! -d "$dir/catalogue" ]; then
+    python3 bench/gen_catalogue.py "$dir" "$n" "$((n / 10))" >/dev/null
+  fi
+  rm -rf "$dir/site"
   commits=$(git -C "$dir" rev-list --count HEAD)
   read -r cs cm < <(cd "$dir" && peak "$CAPDIR" build catalogue --out site)
   read -r hs hm < <(cd "$dir/hugo" && rm -rf public && peak hugo --quiet)
   # One row changes and is committed; build again.
-  f=$(ls "$dir/catalogue" | head -1)
-  sed -i 's/# OUTPUT: text/# OUTPUT: text, edited/' "$dir/catalogue/$f"
+  f=$(find "$dir/catalogue" -name '*.yaml' -print -quit)
+  sed -i 's/# OUTPUT: text/# OUTPUT: text, edited/' "$f"
   git -C "$dir" -c user.name=B -c user.email=b@example.com commit -qam "edit one row"
   read -r rs _ < <(cd "$dir" && peak "$CAPDIR" build catalogue --out site)
   ratio=$(python3 -c "print(f'{$cs / $hs:.2f}')")
