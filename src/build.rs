@@ -16,6 +16,9 @@ use anyhow::{Context as _, Result, anyhow};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// Where a site keeps the history it was built from, so a rebuild walks only newer commits.
+pub const HISTORY_CACHE: &str = ".history.json";
+
 /// The steps, in order; also the names `fail_after` accepts.
 pub const STEPS: &[&str] = &[
     "check",
@@ -145,7 +148,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     );
     steps.done("check", format!("{} rows", checked.rows.len()))?;
 
-    let history = history::read(&opts.catalogue);
+    let history = history::read_cached(&opts.catalogue, Some(&opts.out.join(HISTORY_CACHE)));
     if let Some(why) = &history.missing {
         steps
             .report
@@ -183,6 +186,9 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
 
     let tmp = temp_dir_beside(&opts.out)?;
     let result = (|| -> Result<()> {
+        if history.missing.is_none() {
+            history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
+        }
         snapshot::write(
             &tmp.join("catalogue.sqlite"),
             &all_rows,

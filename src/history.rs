@@ -8,13 +8,13 @@
 use crate::git;
 use anyhow::Result;
 use gix::ObjectId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
 /// One commit, as history shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitInfo {
     pub sha: String,
     pub author: String,
@@ -26,7 +26,7 @@ pub struct CommitInfo {
     pub replaced_by: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChangeKind {
     Added,
@@ -44,7 +44,7 @@ impl ChangeKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     pub kind: ChangeKind,
     #[serde(flatten)]
@@ -95,9 +95,32 @@ fn replaced_by(message: &str) -> Option<String> {
     })
 }
 
+/// What a build keeps of the history it read, so the next build walks only newer commits.
+#[derive(Debug, Serialize, Deserialize)]
+struct Cache {
+    version: u32,
+    /// The catalogue directory, relative to the work tree.
+    rel: String,
+    head: String,
+    partial: bool,
+    files: BTreeMap<String, Vec<Change>>,
+}
+
+const CACHE_VERSION: u32 = 1;
+
 /// Read the history of catalogue directory `dir`. Outside Git, an empty history saying why.
 pub fn read(dir: &Path) -> History {
-    match walk(dir) {
+    read_cached(dir, None)
+}
+
+/// Like [`read`], starting from the history a previous build saved at `cache` when its head
+/// is an ancestor of the current one: only the commits since are walked.
+pub fn read_cached(dir: &Path, cache: Option<&Path>) -> History {
+    let known = cache
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice::<Cache>(&b).ok())
+        .filter(|c| c.version == CACHE_VERSION);
+    match walk(dir, known) {
         Ok(h) => h,
         Err(e) => History {
             missing: Some(format!("{e:#}")),
@@ -262,7 +285,24 @@ fn diff(now: &[u8], before: &[u8], out: &mut Vec<(String, ChangeKind)>) {
     out.retain(|(n, _)| crate::catalogue::is_row_file(n));
 }
 
-fn walk(dir: &Path) -> Result<History> {
+/// Save what [`read_cached`] can start from next time.
+pub fn save_cache(history: &History, dir: &Path, path: &Path) -> Result<()> {
+    let Some(head) = &history.head else {
+        return Ok(());
+    };
+    let (_, rel) = git::locate(dir)?;
+    let cache = Cache {
+        version: CACHE_VERSION,
+        rel: rel.to_string_lossy().into_owned(),
+        head: head.sha.clone(),
+        partial: history.partial,
+        files: history.files.clone(),
+    };
+    std::fs::write(path, serde_json::to_vec(&cache)?)?;
+    Ok(())
+}
+
+fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
     let (mut repo, rel) = git::locate(dir)?;
     repo.object_cache_size_if_unset(64 * 1024 * 1024);
     let head = repo
@@ -272,6 +312,22 @@ fn walk(dir: &Path) -> Result<History> {
         partial: repo.is_shallow().unwrap_or(false),
         ..Default::default()
     };
+    // A saved history is usable when it is of the same directory and its head is an
+    // ancestor of ours (no rewritten history): then only newer commits are walked.
+    let known = match known {
+        Some(c) if c.rel == rel.to_string_lossy() => {
+            let id = ObjectId::from_hex(c.head.as_bytes()).ok();
+            let reachable = id.is_some_and(|id| {
+                repo.rev_walk([head.detach()])
+                    .all()
+                    .map(|walk| walk.filter_map(|i| i.ok()).any(|i| i.id == id))
+                    .unwrap_or(false)
+            });
+            id.filter(|_| reachable).map(|id| (id, c))
+        }
+        _ => None,
+    };
+    let hidden: Vec<ObjectId> = known.iter().map(|(id, _)| *id).collect();
     let mut w = Walker {
         repo: &repo,
         rel,
@@ -279,7 +335,7 @@ fn walk(dir: &Path) -> Result<History> {
         trees: HashMap::new(),
     };
     let mut changed = Vec::new();
-    for info in repo.rev_walk([head.detach()]).all()? {
+    for info in repo.rev_walk([head.detach()]).with_hidden(hidden).all()? {
         let info = info?;
         history.commits_walked += 1;
         let sub = w.subtree(info.id)?;
@@ -324,6 +380,12 @@ fn walk(dir: &Path) -> Result<History> {
                 kind,
                 commit: info.clone(),
             });
+        }
+    }
+    if let Some((_, cache)) = known {
+        history.partial |= cache.partial;
+        for (name, older) in cache.files {
+            history.files.entry(name).or_default().extend(older);
         }
     }
     // The walk is newest first by commit time; keep each file's list in that order even

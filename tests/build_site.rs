@@ -289,3 +289,44 @@ fn contract_snapshots() {
     }
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
+
+/// A rebuild starts from the history the previous site saved and walks only newer commits;
+/// the result is the same as a build from nothing.
+#[test]
+fn rebuild_walks_only_new_commits_and_agrees_with_a_cold_build() {
+    let repo = repo();
+    let site = repo.path().join("site");
+    let first = build(&repo, &site);
+    assert!(site.join(build::HISTORY_CACHE).exists());
+    assert!(
+        first
+            .steps
+            .iter()
+            .any(|(n, _, what)| *n == "history" && what.starts_with("5 commits"))
+    );
+    repo.write(
+        "GOOD_NOW.yaml",
+        &fixture("good/GOOD_NOW.yaml").replace("# WHEN_TO_USE:", "# WHEN_TO_USE: Always."),
+    );
+    repo.commit("Improve the now docstring", "2024-06-01T10:00:00Z");
+    let second = build(&repo, &site);
+    assert!(
+        second
+            .steps
+            .iter()
+            .any(|(n, _, what)| *n == "history" && what.starts_with("1 commits")),
+        "{:?}",
+        second.steps
+    );
+    let cold = repo.path().join("cold");
+    build(&repo, &cold);
+    assert!(
+        std::fs::read(site.join("catalogue.sqlite")).unwrap()
+            == std::fs::read(cold.join("catalogue.sqlite")).unwrap(),
+        "a cached rebuild and a cold build disagree"
+    );
+    assert_eq!(
+        std::fs::read_to_string(site.join("k/GOOD_NOW.md")).unwrap(),
+        std::fs::read_to_string(cold.join("k/GOOD_NOW.md")).unwrap()
+    );
+}
