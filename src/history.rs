@@ -363,18 +363,7 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
         if changed.is_empty() {
             continue;
         }
-        let commit = info.object()?;
-        let message = commit.message_raw_sloppy().to_string();
-        let info = Arc::new(CommitInfo {
-            sha: info.id.to_string(),
-            author: commit
-                .author()
-                .map(|a| a.name.to_string())
-                .unwrap_or_default(),
-            date: rfc3339(commit.time().map(|t| t.seconds).unwrap_or(0)),
-            subject: message.lines().next().unwrap_or("").trim().to_string(),
-            replaced_by: replaced_by(&message),
-        });
+        let info = Arc::new(commit_info(&info.object()?));
         for (name, kind) in changed.drain(..) {
             history.files.entry(name).or_default().push(Change {
                 kind,
@@ -394,18 +383,23 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
         changes.sort_by(|a, b| b.commit.date.cmp(&a.commit.date));
     }
     let head_commit = repo.find_object(head.detach())?.try_into_commit()?;
-    let message = head_commit.message_raw_sloppy().to_string();
-    history.head = Some(Arc::new(CommitInfo {
-        sha: head.to_string(),
-        author: head_commit
+    history.head = Some(Arc::new(commit_info(&head_commit)));
+    Ok(history)
+}
+
+/// What history shows of a commit: id, author, committer time, subject, `Replaced-by:`.
+fn commit_info(commit: &gix::Commit<'_>) -> CommitInfo {
+    let message = commit.message_raw_sloppy().to_string();
+    CommitInfo {
+        sha: commit.id.to_string(),
+        author: commit
             .author()
             .map(|a| a.name.to_string())
             .unwrap_or_default(),
-        date: rfc3339(head_commit.time().map(|t| t.seconds).unwrap_or(0)),
+        date: rfc3339(commit.time().map(|t| t.seconds).unwrap_or(0)),
         subject: message.lines().next().unwrap_or("").trim().to_string(),
-        replaced_by: None,
-    }));
-    Ok(history)
+        replaced_by: replaced_by(&message),
+    }
 }
 
 #[cfg(test)]

@@ -140,32 +140,27 @@ impl Invoker {
                 );
             };
             let runner_name = callable.row.runner_name();
-            let pieces = match prepare(callable, input) {
-                Ok(p) => p,
-                Err(f) => {
-                    return Outcome::new(
-                        key,
-                        runner_name,
-                        Err(f),
-                        started.elapsed(),
-                        Usage::default(),
-                        false,
-                    );
-                }
-            };
-            let Some(runner) = self.inner.runners.iter().find(|r| r.name() == runner_name) else {
-                let f = Failure::new(
-                    "unknown_runner",
-                    format!("{runner_name} (row {key}; runners are fn, http, agent, flow)"),
-                );
-                return Outcome::new(
+            // Refused before any runner: no usage, nothing truncated.
+            let refused = |f| {
+                Outcome::new(
                     key,
                     runner_name,
                     Err(f),
                     started.elapsed(),
                     Usage::default(),
                     false,
+                )
+            };
+            let pieces = match prepare(callable, input) {
+                Ok(p) => p,
+                Err(f) => return refused(f),
+            };
+            let Some(runner) = self.inner.runners.iter().find(|r| r.name() == runner_name) else {
+                let f = Failure::new(
+                    "unknown_runner",
+                    format!("{runner_name} (row {key}; runners are fn, http, agent, flow)"),
                 );
+                return refused(f);
             };
             let ran = runner
                 .run(Call {

@@ -239,6 +239,8 @@ pub struct Searcher {
     /// never become clauses, which keeps long questions cheap.
     vocabulary: std::collections::HashMap<String, (u8, u32)>,
     rows: Vec<RowMeta>,
+    /// Key → position in `rows`, for `meta` on the ask path.
+    by_key: std::collections::HashMap<String, usize>,
     boosts: Boosts,
     analyzer: TextAnalyzer,
 }
@@ -339,6 +341,13 @@ fn make_deterministic(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+fn positions(rows: &[RowMeta]) -> std::collections::HashMap<String, usize> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, m)| (m.key.clone(), i))
+        .collect()
+}
+
 impl Fields {
     /// The searchable text fields, in the order of their bits in the vocabulary.
     fn text(&self) -> [Field; 3] {
@@ -383,6 +392,7 @@ impl Searcher {
             vocabulary: term_fields(&reader, &fields)?,
             reader,
             fields,
+            by_key: positions(&rows),
             rows,
             boosts: Boosts::default(),
             analyzer: analyzer(),
@@ -401,6 +411,11 @@ impl Searcher {
             vocabulary: term_fields(&reader, &fields)?,
             reader,
             fields,
+            by_key: rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.key.clone(), i))
+                .collect(),
             rows: rows.iter().map(|r| meta(r)).collect(),
             boosts: Boosts::default(),
             analyzer: analyzer(),
@@ -414,7 +429,7 @@ impl Searcher {
 
     /// What the index knows of a row.
     pub fn meta(&self, key: &str) -> Option<&RowMeta> {
-        self.rows.iter().find(|m| m.key == key)
+        self.by_key.get(key).and_then(|&i| self.rows.get(i))
     }
 
     pub fn len(&self) -> usize {
