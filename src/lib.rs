@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod ask;
+pub mod auth;
 pub mod breaker;
 pub mod build;
 pub mod builtins;
@@ -14,6 +15,7 @@ pub mod check;
 pub mod contract;
 pub mod credential;
 pub mod diag;
+pub mod dispatch;
 pub mod eval;
 pub mod flow;
 pub mod git;

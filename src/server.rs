@@ -8,10 +8,11 @@
 //! site directory by exchanging it.
 
 use crate::ask;
-use crate::contract::{Urls, fingerprint};
-use crate::invoke::{Input, Invoker, InvokerConfig};
-use crate::ledger::{self, Draft, Ledger, Receipt};
-use crate::outcome::Status;
+use crate::auth::{self, authenticate};
+use crate::contract::Urls;
+use crate::dispatch;
+use crate::invoke::{Invoker, InvokerConfig};
+use crate::ledger::{Ledger, Receipt};
 use crate::rowset::RowSet;
 use crate::search::Searcher;
 use crate::snapshot::{self, BuildInfo};
@@ -24,7 +25,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -68,7 +68,7 @@ impl ApiError {
         }))
     }
 
-    fn with(mut self, field: &str, value: Json) -> ApiError {
+    pub(crate) fn with(mut self, field: &str, value: Json) -> ApiError {
         self.0.extra.insert(field.to_string(), value);
         self
     }
@@ -78,7 +78,7 @@ impl ApiError {
         self.0.code
     }
 
-    fn internal(what: &str, e: anyhow::Error) -> ApiError {
+    pub(crate) fn internal(what: &str, e: anyhow::Error) -> ApiError {
         // The detail goes to the log; the client gets the stable code only.
         tracing::error!(error = %format!("{e:#}"), "{what}");
         ApiError::new(
@@ -154,29 +154,29 @@ impl Live {
 
 /// Counters for `/metrics`.
 #[derive(Default)]
-struct Metrics {
-    requests: AtomicU64,
-    reloads: AtomicU64,
+pub(crate) struct Metrics {
+    pub(crate) requests: AtomicU64,
+    pub(crate) reloads: AtomicU64,
     /// (status, runner) → invocations.
-    invocations: Mutex<BTreeMap<(String, String), u64>>,
+    pub(crate) invocations: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 /// Everything a handler needs; cloning clones `Arc`s.
 #[derive(Clone)]
 pub struct AppState {
-    inner: Arc<Shared>,
+    pub(crate) inner: Arc<Shared>,
 }
 
-struct Shared {
-    site: PathBuf,
-    live: ArcSwap<Live>,
-    config: InvokerConfig,
-    ledger: Arc<dyn Ledger>,
-    owner_key: Option<String>,
-    urls: Urls,
-    body_limit: usize,
-    inflight: Semaphore,
-    metrics: Metrics,
+pub(crate) struct Shared {
+    pub(crate) site: PathBuf,
+    pub(crate) live: ArcSwap<Live>,
+    pub(crate) config: InvokerConfig,
+    pub(crate) ledger: Arc<dyn Ledger>,
+    pub(crate) owner_key: Option<String>,
+    pub(crate) urls: Urls,
+    pub(crate) body_limit: usize,
+    pub(crate) inflight: Semaphore,
+    pub(crate) metrics: Metrics,
 }
 
 /// How a dispatcher is set up.
@@ -222,6 +222,11 @@ impl AppState {
                 metrics: Metrics::default(),
             }),
         })
+    }
+
+    /// The owner key, when one is set.
+    pub fn owner_key(&self) -> Option<&str> {
+        self.inner.owner_key.as_deref()
     }
 
     /// The catalogue requests see now.
@@ -399,7 +404,7 @@ async fn contract(
     Ok(response)
 }
 
-fn unknown_key(rows: &RowSet, key: &str) -> ApiError {
+pub(crate) fn unknown_key(rows: &RowSet, key: &str) -> ApiError {
     let suggestions = rows.did_you_mean(key);
     let fix = if suggestions.is_empty() {
         "ask in plain words with ?ask=… to find the key".to_string()
@@ -431,7 +436,7 @@ fn checked_receipt_id(id: &str) -> Result<&str, ApiError> {
     }
 }
 
-async fn find_receipt(state: &AppState, id: &str) -> Result<Receipt, ApiError> {
+pub(crate) async fn find_receipt(state: &AppState, id: &str) -> Result<Receipt, ApiError> {
     let id = checked_receipt_id(id)?.to_string();
     let ledger = state.inner.ledger.clone();
     let found = tokio::task::spawn_blocking(move || ledger.get(&id))
@@ -463,51 +468,12 @@ async fn confirm(state: &AppState, id: &str) -> Result<Response, ApiError> {
     .into_response())
 }
 
-/// Compare two secrets in time that does not depend on where they differ.
-fn same_secret(a: &str, b: &str) -> bool {
-    let (x, y) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
-    x.iter()
-        .zip(y.iter())
-        .fold(0u8, |acc, (p, q)| acc | (p ^ q))
-        == 0
-}
-
-/// The owner key gate: 401 without a key, 403 with a wrong one.
-fn require_owner(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let sent = headers
-        .get("x-owner-key")
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| {
-            headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-        });
-    let Some(sent) = sent else {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "this needs the owner key",
-            "send it as `x-owner-key: …` or `Authorization: Bearer …`",
-        ));
-    };
-    match &state.inner.owner_key {
-        Some(owner) if same_secret(sent, owner) => Ok(()),
-        _ => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "the key sent is not the owner key",
-            "send the dispatcher's CAPDIR_OWNER_KEY",
-        )),
-    }
-}
-
 async fn receipt(
     State(state): State<AppState>,
     UrlPath(id): UrlPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require_owner(&state, &headers)?;
+    auth::require_owner(&authenticate(state.owner_key(), &headers)?)?;
     let r = find_receipt(&state, &id).await?;
     let wants_html = headers
         .get(header::ACCEPT)
@@ -532,180 +498,24 @@ fn html_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InvokeRequest {
-    key: String,
-    body: Option<String>,
-    args: Option<serde_json::Map<String, Json>>,
-    repairs: Option<String>,
-}
-
-fn bad_body(message: impl Into<String>) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "bad_body",
-        message,
-        r#"send JSON: {"key": "SHA256", "body": "a|b"} or {"key": …, "args": {…}}"#,
-    )
-}
-
-async fn read_request(state: &AppState, req: Request) -> Result<InvokeRequest, ApiError> {
-    let limit = state.inner.body_limit;
-    let bytes = axum::body::to_bytes(req.into_body(), limit)
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("the request body is over {limit} bytes"),
-                "send less; large inputs belong behind a URL",
-            )
-        })?;
-    let parsed: InvokeRequest =
-        serde_json::from_slice(&bytes).map_err(|e| bad_body(format!("not an invocation: {e}")))?;
-    if parsed.body.is_some() && parsed.args.is_some() {
-        return Err(bad_body("give either `body` or `args`, not both"));
-    }
-    Ok(parsed)
-}
-
-fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
-
 async fn dispatch_post(
     State(state): State<AppState>,
     headers: HeaderMap,
     req: Request,
 ) -> Result<Response, ApiError> {
-    require_owner(&state, &headers)?;
-    let Ok(_permit) = state.inner.inflight.try_acquire() else {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "saturated",
-            "too many invocations are running",
-            "retry after a short pause",
-        ));
-    };
-    let request = read_request(&state, req).await?;
-    // One catalogue for the whole call, even if a reload lands meanwhile.
-    let live = state.live();
-    let Some(callable) = live.invoker.rows().get(&request.key) else {
-        return Err(unknown_key(live.invoker.rows(), &request.key));
-    };
-    let contract_sha256 = fingerprint(&callable.row);
-    if let Some(repairs) = &request.repairs {
-        let earlier = find_receipt(&state, repairs).await.map_err(|e| {
-            if e.code() == "unknown_receipt" {
-                ApiError::new(
-                    StatusCode::CONFLICT,
-                    "repairs_unknown",
-                    format!("`repairs` names {repairs}, which has no receipt"),
-                    "name the failed invocation this one corrects",
-                )
-            } else {
-                e
-            }
-        })?;
-        if earlier.draft.status != Status::Failed.as_str()
-            && earlier.draft.status != Status::Refused.as_str()
-        {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "repairs_not_failed",
-                format!("{repairs} did not fail ({})", earlier.draft.status),
-                "only a FAILED or REFUSED invocation can be repaired",
-            ));
-        }
-    }
-    let input_text = match (&request.body, &request.args) {
-        (_, Some(args)) => Json::Object(args.clone()).to_string(),
-        (body, None) => body.clone().unwrap_or_default(),
-    };
-    let input = match request.args {
-        Some(args) => Input::Args(args),
-        None => Input::Body(request.body.unwrap_or_default()),
-    };
-    let started_at = now_rfc3339();
-    let outcome = live.invoker.invoke(&request.key, input).await;
-    let finished_at = now_rfc3339();
-    let draft = Draft {
-        id: ledger::new_id(),
-        key: outcome.key.clone(),
-        actor: "owner".into(),
-        runner: outcome.runner.clone(),
-        trace_id: uuid::Uuid::new_v4().simple().to_string(),
-        started_at,
-        finished_at,
-        status: outcome.status.as_str().into(),
-        error_code: outcome.error_code().map(str::to_string),
-        cost_usd: outcome.usage.as_ref().and_then(|u| u.cost_usd),
-        input_sha256: ledger::sha256_hex(&input_text),
-        output_sha256: ledger::sha256_hex(&outcome.output),
-        contract_sha256,
-        catalogue_commit: live.info.commit.clone(),
-        repairs: request.repairs,
-        input: crate::secrets::redact(&input_text, &[]),
-        output: crate::secrets::redact(&outcome.output, &[]),
-    };
-    let receipt = state
-        .inner
-        .ledger
-        .append(draft)
-        .await
-        .map_err(|e| ApiError::internal("the receipt could not be written", e))?;
-    {
-        let mut by = state
-            .inner
-            .metrics
-            .invocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        *by.entry((outcome.status.as_str().to_string(), outcome.runner.clone()))
-            .or_default() += 1;
-    }
-    tracing::info!(
-        receipt = %receipt.draft.id,
-        seq = receipt.seq,
-        key = %receipt.draft.key,
-        runner = %receipt.draft.runner,
-        status = %receipt.draft.status,
-        commit = %receipt.draft.catalogue_commit,
-        "invoked"
-    );
-    let output = crate::secrets::redact(&outcome.output, &[]);
-    if let Some(failure) = &outcome.error {
-        let (status, code, fix) = match outcome.status {
-            Status::Refused if failure.code.starts_with("breaker") => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "breaker_open",
-                "the upstream credential is resting; retry later",
-            ),
-            Status::Refused => (
-                StatusCode::BAD_REQUEST,
-                "refused",
-                "read the row's contract (its ARGS line) and send the arguments it needs",
-            ),
-            _ => (
-                StatusCode::BAD_GATEWAY,
-                "upstream_failed",
-                "the row ran and failed; retry, or repair it with \"repairs\": this receipt",
-            ),
-        };
-        return Err(ApiError::new(status, code, output.clone(), fix)
-            .with("receipt", json!(receipt.draft.id))
-            .with("status", json!(receipt.draft.status))
-            .with("reason", json!(failure.code)));
-    }
+    let caller = authenticate(state.owner_key(), &headers)?;
+    auth::require_owner(&caller)?;
+    let request = dispatch::read_request(&state, req).await?;
+    let done = dispatch::dispatch(&state, &caller, request).await?;
+    let receipt = &done.receipt;
     let mut response = axum::Json(json!({
         "receipt": receipt.draft.id,
         "status": receipt.draft.status,
         "key": receipt.draft.key,
-        "output": output,
+        "output": done.output,
         "catalogue_commit": receipt.draft.catalogue_commit,
-        "duration_ms": outcome.duration.as_secs_f64() * 1000.0,
-        "truncated": outcome.truncated,
+        "duration_ms": done.duration.as_secs_f64() * 1000.0,
+        "truncated": done.truncated,
     }))
     .into_response();
     if let Ok(v) = HeaderValue::from_str(&receipt.draft.id) {
