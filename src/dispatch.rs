@@ -3,7 +3,6 @@
 //! both come here, so they refuse alike and write the same receipts.
 
 use crate::auth::{self, Caller};
-use crate::contract::fingerprint;
 use crate::invoke::Input;
 use crate::ledger::{self, Draft, Receipt};
 use crate::outcome::Status;
@@ -89,7 +88,7 @@ pub async fn dispatch(
     let Some(callable) = live.invoker.rows().get(&request.key) else {
         return Err(unknown_key(live.invoker.rows(), &request.key));
     };
-    let contract_sha256 = fingerprint(&callable.row);
+    let contract_sha256 = callable.fingerprint.clone();
     if let Some(repairs) = &request.repairs {
         let earlier = find_receipt(state, repairs).await.map_err(|e| {
             if e.code() == "unknown_receipt" {

@@ -33,6 +33,8 @@ pub struct Callable {
     pub http_target: Option<Result<HttpTarget, TargetError>>,
     /// The parsed `auth`.
     pub credential: Result<Option<Credential>, CredentialError>,
+    /// The contract fingerprint (DESIGN.md §5), computed once: every receipt names it.
+    pub fingerprint: String,
 }
 
 impl Callable {
@@ -49,6 +51,7 @@ impl Callable {
         };
         let credential = Credential::parse(&row.auth);
         Callable {
+            fingerprint: crate::contract::fingerprint(&row),
             row,
             schema,
             needed_args,
