@@ -124,6 +124,8 @@ pub async fn dispatch(
     let started_at = now_rfc3339();
     let outcome = live.invoker.invoke(&request.key, input).await;
     let finished_at = now_rfc3339();
+    // Redacted once: the receipt stores it and the caller is answered with it.
+    let output = crate::secrets::redact(&outcome.output, &[]);
     let draft = Draft {
         id: ledger::new_id(),
         key: outcome.key.clone(),
@@ -141,7 +143,7 @@ pub async fn dispatch(
         catalogue_commit: live.info.commit.clone(),
         repairs: request.repairs,
         input: crate::secrets::redact(&input_text, &[]),
-        output: crate::secrets::redact(&outcome.output, &[]),
+        output: output.clone(),
     };
     let receipt = state
         .inner
@@ -168,7 +170,6 @@ pub async fn dispatch(
         commit = %receipt.draft.catalogue_commit,
         "invoked"
     );
-    let output = crate::secrets::redact(&outcome.output, &[]);
     if let Some(failure) = &outcome.error {
         let (status, code, fix) = match outcome.status {
             Status::Refused if failure.code.starts_with("breaker") => (
