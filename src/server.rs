@@ -1,5 +1,6 @@
 //! The dispatcher (DESIGN.md §6): one HTTP front for asking, reading contracts, invoking with a
-//! durable receipt, confirming a receipt, the counts and the static site.
+//! durable receipt, confirming a receipt, the counts, MCP (`/mcp`, in `mcp::http`) and the
+//! static site.
 //!
 //! `app(state)` builds the whole router so tests drive it in-process with `oneshot`. The rows
 //! and the search index live behind an `ArcSwap`: a poller notices a new build and swaps them
