@@ -4,6 +4,7 @@
 //! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
 //! [`invoke`] runs one row by key through its [`runner`] into an [`outcome`].
 
+pub mod affordance;
 pub mod args;
 pub mod ask;
 pub mod auth;
@@ -22,6 +23,8 @@ pub mod git;
 pub mod history;
 pub mod invoke;
 pub mod ledger;
+pub mod mint;
+pub mod openapi;
 pub mod outcome;
 pub mod projection;
 pub mod row;
@@ -35,3 +38,4 @@ pub mod site;
 pub mod snapshot;
 pub mod target;
 pub mod template;
+pub mod token;
