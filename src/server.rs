@@ -370,26 +370,49 @@ struct DispatchQuery {
 
 const QUERY_HELP: &str = "use ?ask=…, ?key=K&format=markdown|json, ?invoke=K&body=…&share=TOKEN, ?confirm=inv_…, ?map=1 or ?registry=1";
 
-/// The caller of a GET: a `share` token in the URL, or the request's headers, not both.
+/// The caller of a GET: a `share` token in the URL when there is one (a run-now link is
+/// the whole credential; headers are then not read), else the request's headers.
 fn get_caller(
     state: &AppState,
     headers: &HeaderMap,
     share: Option<&str>,
 ) -> Result<Caller, ApiError> {
     match share {
-        Some(token) => {
-            if auth::sent_credential(headers).is_some() {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_query",
-                    "two credentials: a `share` token and a credential header",
-                    "send one: drop the header, or the `share` parameter",
-                ));
-            }
-            auth::authenticate_share(state.keys(), token)
-        }
+        Some(token) => auth::authenticate_share(state.keys(), token),
         None => authenticate(state.keys(), headers),
     }
+}
+
+/// The formats a contract comes in.
+const FORMATS: [&str; 3] = ["markdown", "md", "json"];
+
+/// The most candidates an ask returns.
+pub const MAX_ASK_LIMIT: usize = 100;
+
+/// Every parameter is checked whichever form is asked, so a malformed one is never ignored.
+fn check_query(q: &DispatchQuery) -> Result<(), ApiError> {
+    if let Some(f) = q.format.as_deref()
+        && !FORMATS.contains(&f)
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_format",
+            format!("format `{f}` is not offered"),
+            "use format=markdown or format=json",
+        ));
+    }
+    if q.limit.is_some_and(|l| l > MAX_ASK_LIMIT) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("limit is at most {MAX_ASK_LIMIT}"),
+            "ask for fewer candidates",
+        ));
+    }
+    if let Some(id) = q.confirm.as_deref() {
+        checked_receipt_id(id)?;
+    }
+    Ok(())
 }
 
 async fn dispatch_get(
@@ -405,6 +428,7 @@ async fn dispatch_get(
             QUERY_HELP,
         )
     })?;
+    check_query(&q)?;
     let live = state.live();
     if let Some(key) = q.invoke {
         // Run-now: a model whose only tool is fetching a URL can still run a row.
@@ -452,12 +476,23 @@ async fn dispatch_get(
     if q.registry.is_some() {
         return site_file(&state.inner.site.join("registry.json"), "application/json").await;
     }
-    Err(ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "bad_query",
-        "nothing asked",
-        QUERY_HELP,
-    ))
+    // Nothing asked: what can be asked here.
+    let base = &state.inner.urls.base;
+    Ok(axum::Json(json!({
+        "dispatcher": "capdir",
+        "commit": live.info.commit,
+        "forms": {
+            "ask": format!("{base}/api/dispatch?ask=what+you+need"),
+            "contract": format!("{base}/api/dispatch?key=KEY&format=markdown"),
+            "run_now": format!("{base}/api/dispatch?invoke=KEY&body=a|b&share=TOKEN"),
+            "invoke": format!("POST {base}/api/dispatch {{\"key\": \"KEY\", \"body\": \"a|b\"}}"),
+            "confirm": format!("{base}/api/dispatch?confirm=inv_…"),
+            "map": format!("{base}/api/dispatch?map=1"),
+            "registry": format!("{base}/api/dispatch?registry=1"),
+        },
+        "openapi": format!("{base}/openapi.json"),
+    }))
+    .into_response())
 }
 
 async fn site_file(path: &Path, content_type: &'static str) -> Result<Response, ApiError> {

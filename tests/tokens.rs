@@ -530,7 +530,7 @@ async fn every_gate_reason_with_its_status_in_order() {
     let (st, v) = invoke(&state, Via::Share, Some(&tok), "NO_SUCH_ROW", Some("a")).await;
     assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
     assert_eq!(v["error"]["code"], "unknown_key");
-    // No credential: 401; a wrong owner key: 403; two credentials on a run-now URL: 400.
+    // No credential: 401; a wrong owner key: 403.
     let (st, v) = invoke(&state, Via::Bearer, None, "HIT", Some("a")).await;
     assert_eq!(
         (st, v["error"]["code"].as_str()),
@@ -546,15 +546,21 @@ async fn every_gate_reason_with_its_status_in_order() {
         (st, v["error"]["code"].as_str()),
         (StatusCode::FORBIDDEN, Some("forbidden"))
     );
+    // A run-now URL's token is the whole credential: a header beside it is not read.
     let req = Request::get(format!(
         "/api/dispatch?invoke=HIT&body=a&share={}",
         enc(&tok)
     ))
-    .header("x-owner-key", OWNER)
+    .header("x-owner-key", "not-the-owner")
     .body(Body::empty())
     .expect("request");
     let (st, _, text) = send(&state, req).await;
-    assert_eq!(st, StatusCode::BAD_REQUEST, "{text}");
+    assert_eq!(st, StatusCode::OK, "{text}");
+    let v: Json = serde_json::from_str(&text).expect("json");
+    let r = ledger::get(&f.ledger_path(), v["receipt"].as_str().expect("id"))
+        .expect("read")
+        .expect("receipt");
+    assert!(r.draft.actor.starts_with("token:tok_"), "{}", r.draft.actor);
 
     assert!(matches!(
         ledger::verify(&f.ledger_path()).expect("verify"),
