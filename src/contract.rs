@@ -138,10 +138,50 @@ pub struct Contract {
     pub receipt_url: String,
     pub confirm_url: String,
     pub may_invoke: Vec<String>,
+    /// The kinds of credential this row accepts, and on what condition.
+    pub accepts: Vec<Accepts>,
     pub troubleshooting: Vec<String>,
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
     pub history: Vec<HistoryLine>,
+}
+
+/// One kind of credential a row accepts (the static contract's half of "who may do what";
+/// the dispatcher adds the presented credential's own affordances).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Accepts {
+    /// `owner_key`, `capability_token` or `anonymous`.
+    pub credential: &'static str,
+    /// When it is enough.
+    pub condition: String,
+}
+
+/// The kinds of credential `row` accepts.
+pub fn accepts(row: &Row) -> Vec<Accepts> {
+    let mut scope = format!("scoped to `{}`", row.key);
+    if !row.category.is_empty() {
+        scope.push_str(&format!(" or to category `{}`", row.category));
+    }
+    if row.sensitive {
+        scope.push_str(", with risk ceiling `high` (the row is sensitive)");
+    }
+    let mut out = vec![
+        Accepts {
+            credential: "owner_key",
+            condition: "always".into(),
+        },
+        Accepts {
+            credential: "capability_token",
+            condition: scope,
+        },
+    ];
+    if !row.sensitive && row.auth.trim().is_empty() {
+        out.push(Accepts {
+            credential: "anonymous",
+            condition: "only when the dispatcher runs with --open".into(),
+        });
+    }
+    out
 }
 
 fn arguments(schema: Option<&Json>) -> Vec<Argument> {
@@ -222,21 +262,15 @@ impl Contract {
         let ex = example_of(row);
         let credential = Credential::parse(&row.auth).ok().flatten();
         let risk = if row.sensitive { "high" } else { "low" };
-        let mut may_invoke = vec!["the owner key".to_string()];
-        may_invoke.push(format!(
-            "a capability token scoped to `{}`{}{}",
-            row.key,
-            if row.category.is_empty() {
-                String::new()
-            } else {
-                format!(" or to category `{}`", row.category)
-            },
-            if row.sensitive {
-                ", with risk ceiling `high`"
-            } else {
-                ""
-            }
-        ));
+        let accepts = accepts(row);
+        let may_invoke = accepts
+            .iter()
+            .map(|a| match a.credential {
+                "owner_key" => "the owner key".to_string(),
+                "capability_token" => format!("a capability token {}", a.condition),
+                _ => format!("anyone without a credential, {}", a.condition),
+            })
+            .collect();
         let body_json = serde_json::to_string(&ex).unwrap_or_default();
         Contract {
             key: row.key.clone(),
@@ -291,6 +325,7 @@ impl Contract {
             receipt_url: format!("{}/receipt/inv_…", urls.base),
             confirm_url: format!("{}/api/dispatch?confirm=inv_…", urls.base),
             may_invoke,
+            accepts,
             troubleshooting: troubleshooting(row),
             created_at: history.last().map(|c| c.commit.date.clone()),
             updated_at: history.first().map(|c| c.commit.date.clone()),

@@ -6,6 +6,7 @@
 //! in one transaction (one fsync for the batch: group commit) and answers each caller through
 //! its oneshot. `Ledger` is a trait so a PostgreSQL backend can stand beside SQLite later.
 
+use crate::token::Claims;
 use anyhow::{Context as _, Result, bail};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -13,8 +14,8 @@ use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
@@ -84,7 +85,21 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Where receipts live.
+/// A capability token the ledger knows of: minted here (its claims, never the token
+/// itself), revoked, or both. A token minted against another ledger can still be revoked
+/// here by id; it then has no claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenEntry {
+    pub id: String,
+    pub claims: Option<Claims>,
+    /// RFC 3339, when recorded by `capdir token mint`.
+    pub minted_at: Option<String>,
+    /// RFC 3339, when revoked.
+    pub revoked_at: Option<String>,
+}
+
+/// Where receipts live, and the record of capability tokens (revocations must be seen by
+/// every dispatcher that shares the ledger, so they live beside the receipts).
 pub trait Ledger: Send + Sync {
     /// Make the receipt durable and return it with its place in the chain.
     fn append(&self, draft: Draft) -> BoxFuture<'_, Result<Receipt>>;
@@ -92,6 +107,17 @@ pub trait Ledger: Send + Sync {
     fn get(&self, id: &str) -> Result<Option<Receipt>>;
     /// Commits so far and their total time in seconds (for `/metrics`).
     fn commit_stats(&self) -> (u64, f64);
+    /// Remember a minted token's claims under its id (for `capdir token list`). Recording
+    /// the same id again changes nothing.
+    fn record_token(&self, claims: &Claims) -> Result<()>;
+    /// Revoke a token by id, known here or not. True when this call revoked it; false when
+    /// it was revoked already. Revocation is permanent.
+    fn revoke(&self, id: &str) -> Result<bool>;
+    /// Has this token id been revoked? Asked on every invocation a token makes, so it must be
+    /// a cheap indexed lookup.
+    fn is_revoked(&self, id: &str) -> Result<bool>;
+    /// Every token recorded or revoked, in the order they were first seen.
+    fn tokens(&self) -> Result<Vec<TokenEntry>>;
 }
 
 struct Job {
@@ -106,6 +132,8 @@ pub struct SqliteLedger {
     path: PathBuf,
     jobs: mpsc::UnboundedSender<Job>,
     stats: Arc<Stats>,
+    /// A second connection for the token record: rare writes, one lookup per token call.
+    tokens: Mutex<Connection>,
 }
 
 #[derive(Default)]
@@ -121,6 +149,13 @@ CREATE TABLE IF NOT EXISTS receipts (
   body TEXT NOT NULL,
   prev_hash TEXT NOT NULL,
   hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+  n INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  claims TEXT,
+  minted_at TEXT,
+  revoked_at TEXT
 );";
 
 fn open_db(path: &Path) -> Result<Connection> {
@@ -146,6 +181,7 @@ impl SqliteLedger {
     /// Open (or create) the ledger and start its writer thread.
     pub fn open(path: &Path) -> Result<SqliteLedger> {
         let db = open_db(path)?;
+        let tokens = open_db(path)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         let writer_stats = stats.clone();
@@ -156,6 +192,7 @@ impl SqliteLedger {
             path: path.to_path_buf(),
             jobs: tx,
             stats,
+            tokens: Mutex::new(tokens),
         })
     }
 }
@@ -276,6 +313,68 @@ impl Ledger for SqliteLedger {
             self.stats.micros.load(Ordering::Relaxed) as f64 / 1e6,
         )
     }
+
+    fn record_token(&self, claims: &Claims) -> Result<()> {
+        let db = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        db.execute(
+            "INSERT INTO tokens (id, claims, minted_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (id) DO UPDATE SET claims = coalesce(claims, excluded.claims),
+               minted_at = coalesce(minted_at, excluded.minted_at)",
+            params![claims.id, serde_json::to_string(claims)?, now_rfc3339()],
+        )?;
+        Ok(())
+    }
+
+    fn revoke(&self, id: &str) -> Result<bool> {
+        let db = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = db.execute(
+            "INSERT INTO tokens (id, revoked_at) VALUES (?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at
+             WHERE revoked_at IS NULL",
+            params![id, now_rfc3339()],
+        )?;
+        Ok(changed == 1)
+    }
+
+    fn is_revoked(&self, id: &str) -> Result<bool> {
+        let db = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stmt =
+            db.prepare_cached("SELECT 1 FROM tokens WHERE id = ?1 AND revoked_at IS NOT NULL")?;
+        Ok(stmt.exists([id])?)
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenEntry>> {
+        let db = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stmt =
+            db.prepare("SELECT id, claims, minted_at, revoked_at FROM tokens ORDER BY n")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, Option<String>>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, claims, minted_at, revoked_at) = row?;
+            let claims = claims
+                .map(|c| serde_json::from_str(&c))
+                .transpose()
+                .with_context(|| format!("token {id}: the stored claims cannot be read"))?;
+            out.push(TokenEntry {
+                id,
+                claims,
+                minted_at,
+                revoked_at,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// One receipt by id, read from the file.
@@ -446,5 +545,38 @@ mod tests {
             }
             v => panic!("{v:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn records_and_revokes_tokens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = SqliteLedger::open(&dir.path().join("l.sqlite")).expect("open");
+        let claims = Claims {
+            id: "tok_a".into(),
+            iat: 1,
+            exp: 2,
+            aud: "http://x".into(),
+            keys: vec!["K".into()],
+            categories: vec![],
+            risk: crate::token::Risk::Low,
+            pin: None,
+            body: None,
+            max_payload: None,
+        };
+        ledger.record_token(&claims).expect("record");
+        ledger.record_token(&claims).expect("record twice");
+        assert!(!ledger.is_revoked("tok_a").expect("ask"));
+        assert!(ledger.revoke("tok_a").expect("revoke"));
+        assert!(!ledger.revoke("tok_a").expect("revoke again"));
+        assert!(ledger.is_revoked("tok_a").expect("ask"));
+        assert!(ledger.revoke("tok_elsewhere").expect("revoke unknown"));
+        let all = ledger.tokens().expect("list");
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].claims.as_ref(), Some(&claims));
+        assert!(all[0].revoked_at.is_some() && all[0].minted_at.is_some());
+        assert_eq!(all[1].id, "tok_elsewhere");
+        assert!(all[1].claims.is_none());
+        // A receipt append still works beside the token record.
+        ledger.append(draft("K")).await.expect("append");
     }
 }
