@@ -111,7 +111,10 @@ fn join(scheme: &str, authority: &str, path: &str, ssh: bool) -> Option<String> 
         host
     };
     let path = path.trim_matches('/');
-    let path = path.strip_suffix(".git").unwrap_or(path).trim_end_matches('/');
+    let path = path
+        .strip_suffix(".git")
+        .unwrap_or(path)
+        .trim_end_matches('/');
     let path_ok = !path.is_empty()
         && path
             .chars()

@@ -531,7 +531,11 @@ async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Respon
     });
     let (receipt, full, refused) = match (&found, caller) {
         (Err(e), _) => (None, false, Some(e)),
-        (Ok(r), Ok(Some(_))) => (Some(serde_json::to_value(r).unwrap_or_default()), true, None),
+        (Ok(r), Ok(Some(_))) => (
+            Some(serde_json::to_value(r).unwrap_or_default()),
+            true,
+            None,
+        ),
         (Ok(r), Ok(None)) => (Some(keyless(r)), false, None),
         (Ok(r), Err(e)) => {
             let page = crate::site::ReceiptPage {

@@ -25,7 +25,10 @@ pub fn tera() -> Result<Tera> {
         ("layout.html", include_str!("../templates/layout.html")),
         ("history.html", include_str!("../templates/history.html")),
         ("row.html", include_str!("../templates/row.html")),
-        ("tombstone.html", include_str!("../templates/tombstone.html")),
+        (
+            "tombstone.html",
+            include_str!("../templates/tombstone.html"),
+        ),
         ("index.html", include_str!("../templates/index.html")),
         ("category.html", include_str!("../templates/category.html")),
         ("search.html", include_str!("../templates/search.html")),
@@ -34,23 +37,40 @@ pub fn tera() -> Result<Tera> {
     .context("compiling templates")?;
     t.autoescape_on(vec![".html"]);
     t.set_escape_fn(escape_html);
+    t.register_filter("short", short);
     Ok(t)
+}
+
+/// `short`: the first ten characters, the day of an RFC 3339 time or an abbreviated commit.
+/// Tera's `truncate` segments graphemes, costly on every page of a large catalogue.
+fn short(
+    value: &tera::Value,
+    _: &std::collections::HashMap<String, tera::Value>,
+) -> tera::Result<tera::Value> {
+    let s = value.as_str().unwrap_or_default();
+    let end = s.char_indices().nth(10).map_or(s.len(), |(i, _)| i);
+    Ok(tera::Value::String(s[..end].to_string()))
 }
 
 /// HTML escaping for text and attribute values. Tera's default also escapes `/`, which
 /// only makes every URL six bytes per slash heavier.
 pub fn escape_html(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 8);
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
+    let mut out = String::with_capacity(s.len() + 16);
+    let mut plain = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let entity = match b {
+            b'&' => "&amp;",
+            b'<' => "&lt;",
+            b'>' => "&gt;",
+            b'"' => "&quot;",
+            b'\'' => "&#39;",
+            _ => continue,
+        };
+        out.push_str(&s[plain..i]);
+        out.push_str(entity);
+        plain = i + 1;
     }
+    out.push_str(&s[plain..]);
     out
 }
 
@@ -161,8 +181,11 @@ pub fn render_contract(
         None => String::new(),
     };
     ctx.insert("schema", &schema);
-    let troubleshooting: Vec<String> =
-        c.troubleshooting.iter().map(|t| inline_markdown(t)).collect();
+    let troubleshooting: Vec<String> = c
+        .troubleshooting
+        .iter()
+        .map(|t| inline_markdown(t))
+        .collect();
     ctx.insert("troubleshooting", &troubleshooting);
     let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| inline_markdown(m)).collect();
     ctx.insert("may_invoke", &may_invoke.join("; "));
@@ -484,4 +507,23 @@ fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape_html, shell_quote};
+
+    #[test]
+    fn escaping_covers_markup_and_quotes_and_keeps_slashes() {
+        assert_eq!(
+            escape_html(r#"<a href="x">'&'</a> é/"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt; é/"
+        );
+        assert_eq!(escape_html("plain"), "plain");
+    }
+
+    #[test]
+    fn shell_quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
 }

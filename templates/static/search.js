@@ -99,7 +99,13 @@
     if (cur && cur.scrollIntoView) cur.scrollIntoView({ block: "nearest" });
   }
   function count() { return list.children.length; }
-  function close() { shown = []; selected = -1; list.textContent = ""; render(); }
+  function close() {
+    shown = []; selected = -1;
+    list.textContent = "";
+    list.hidden = true;
+    input.setAttribute("aria-expanded", "false");
+    input.removeAttribute("aria-activedescendant");
+  }
   function search() {
     var q = input.value;
     if (!words(q).length) { close(); if (status) status.textContent = ""; return; }
