@@ -529,39 +529,29 @@ async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Respon
         auth::Caller::Anonymous => Ok(None),
         c => auth::require_owner(&c).map(|()| Some(c)),
     });
-    let (receipt, full, refused) = match (&found, caller) {
-        (Err(e), _) => (None, false, Some(e)),
-        (Ok(r), Ok(Some(_))) => (
-            Some(serde_json::to_value(r).unwrap_or_default()),
-            true,
-            None,
-        ),
-        (Ok(r), Ok(None)) => (Some(keyless(r)), false, None),
-        (Ok(r), Err(e)) => {
-            let page = crate::site::ReceiptPage {
-                id,
-                receipt: Some(keyless(r)),
-                full: false,
-                error: Some(crate::site::PageError {
-                    code: e.0.code,
-                    message: &e.0.message,
-                    how_to_fix: &e.0.how_to_fix,
-                }),
-            };
-            return html_page(state, e.0.status, &page);
-        }
+    let (receipt, full, refusal) = match found {
+        Err(e) => (None, false, Some(e)),
+        Ok(r) => match caller {
+            Ok(Some(_)) => (
+                Some(serde_json::to_value(&r).unwrap_or_default()),
+                true,
+                None,
+            ),
+            Ok(None) => (Some(keyless(&r)), false, None),
+            Err(e) => (Some(keyless(&r)), false, Some(e)),
+        },
     };
     let page = crate::site::ReceiptPage {
         id,
         receipt,
         full,
-        error: refused.map(|e| crate::site::PageError {
+        error: refusal.as_ref().map(|e| crate::site::PageError {
             code: e.0.code,
             message: &e.0.message,
             how_to_fix: &e.0.how_to_fix,
         }),
     };
-    let status = refused.map_or(StatusCode::OK, |e| e.0.status);
+    let status = refusal.as_ref().map_or(StatusCode::OK, |e| e.0.status);
     html_page(state, status, &page)
 }
 
