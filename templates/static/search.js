@@ -173,6 +173,8 @@
       });
       hits.hidden = false;
       document.getElementById("all").hidden = true;
+      var h1 = document.querySelector("main h1");
+      if (h1) h1.textContent = "Search results";
       document.title = q + " · " + document.title;
     }, function () {});
   }

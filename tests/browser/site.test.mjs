@@ -94,6 +94,7 @@ test("search as you type and reach a row page by keyboard, with no server behind
   await page.locator("#hit-list li").first().waitFor();
   assert.equal(await page.locator("#hit-list li .key").first().textContent(), "GOOD_ECHO");
   assert.equal(await page.locator("#all").isHidden(), true);
+  assert.equal(await page.locator("h1").textContent(), "Search results");
   await checkA11y(page, "the search result page");
   await shot(page, "search-page.png");
   assertClean(seen);
