@@ -47,17 +47,33 @@ pub fn fingerprint(row: &Row) -> String {
     hex::encode(Sha256::digest(callable.to_string().as_bytes()))
 }
 
-/// Where the dispatcher is, for the URLs a contract names.
+/// Where the dispatcher is, for the URLs a contract names, and where the catalogue's
+/// repository is browsed, for links to commits.
 #[derive(Debug, Clone, Serialize)]
 pub struct Urls {
     pub base: String,
+    /// The repository's web address (`https://host/owner/name`), when known.
+    pub repo: Option<String>,
 }
 
 impl Urls {
     pub fn new(base: &str) -> Urls {
         Urls {
             base: base.trim_end_matches('/').to_string(),
+            repo: None,
         }
+    }
+
+    /// The same, with commits linked into the repository at `repo`.
+    pub fn with_repo(mut self, repo: Option<String>) -> Urls {
+        self.repo = repo.map(|r| r.trim_end_matches('/').to_string());
+        self
+    }
+
+    /// A commit's page in the repository (`/commit/SHA` is the form GitHub, GitLab, Gitea
+    /// and Forgejo all answer).
+    pub fn commit(&self, sha: &str) -> Option<String> {
+        self.repo.as_ref().map(|r| format!("{r}/commit/{sha}"))
     }
 }
 
@@ -74,10 +90,13 @@ pub struct HistoryLine {
     pub author: String,
     pub subject: String,
     pub kind: &'static str,
+    /// The commit's page in the repository, when its address is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
-impl From<&Change> for HistoryLine {
-    fn from(c: &Change) -> Self {
+impl HistoryLine {
+    pub fn new(c: &Change, urls: &Urls) -> Self {
         HistoryLine {
             sha: c.commit.sha.clone(),
             short: c.commit.sha.chars().take(10).collect(),
@@ -85,6 +104,7 @@ impl From<&Change> for HistoryLine {
             author: c.commit.author.clone(),
             subject: c.commit.subject.clone(),
             kind: c.kind.as_str(),
+            url: urls.commit(&c.commit.sha),
         }
     }
 }
@@ -329,7 +349,7 @@ impl Contract {
             troubleshooting: troubleshooting(row),
             created_at: history.last().map(|c| c.commit.date.clone()),
             updated_at: history.first().map(|c| c.commit.date.clone()),
-            history: history.iter().map(HistoryLine::from).collect(),
+            history: history.iter().map(|c| HistoryLine::new(c, urls)).collect(),
         }
     }
 
@@ -356,7 +376,7 @@ pub struct Tombstone {
 
 impl Tombstone {
     /// A tombstone for a file whose newest change is its deletion.
-    pub fn from_history(key: &str, history: &[Change]) -> Option<Tombstone> {
+    pub fn from_history(key: &str, history: &[Change], urls: &Urls) -> Option<Tombstone> {
         let last = history.first()?;
         (last.kind == ChangeKind::Deleted).then(|| Tombstone {
             key: key.to_string(),
@@ -364,7 +384,7 @@ impl Tombstone {
             removed_by: last.commit.sha.clone(),
             removed_subject: last.commit.subject.clone(),
             replaced_by: last.commit.replaced_by.clone(),
-            history: history.iter().map(HistoryLine::from).collect(),
+            history: history.iter().map(|c| HistoryLine::new(c, urls)).collect(),
         })
     }
 }

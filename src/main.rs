@@ -49,6 +49,11 @@ enum Command {
         /// The dispatcher's public URL, used in contracts and llms.txt.
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         base_url: String,
+        /// The repository's web address, for links to commits in row histories
+        /// (`https://github.com/OWNER/NAME`). Default: the catalogue repository's `origin`
+        /// remote when it is a hosted one; `--repo-url ''` turns the links off.
+        #[arg(long, value_name = "URL")]
+        repo_url: Option<String>,
     },
     /// Ask the catalogue in plain words: the best row and ranked candidates.
     Ask {
@@ -291,7 +296,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { dir, format, base } => check(dir, format, base),
-        Command::Build { dir, out, base_url } => build(dir, out, base_url),
+        Command::Build {
+            dir,
+            out,
+            base_url,
+            repo_url,
+        } => build(dir, out, base_url, repo_url),
         Command::Ask {
             query,
             batch,
@@ -640,9 +650,15 @@ fn check(dir: PathBuf, format: Option<Format>, base: Option<String>) -> anyhow::
     })
 }
 
-fn build(dir: PathBuf, out: PathBuf, base_url: String) -> anyhow::Result<ExitCode> {
+fn build(
+    dir: PathBuf,
+    out: PathBuf,
+    base_url: String,
+    repo_url: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let opts = capdir::build::Options {
         base_url,
+        repo_url,
         progress: true,
         ..capdir::build::Options::new(&dir, &out)
     };

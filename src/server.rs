@@ -354,7 +354,7 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/api/dispatch", get(dispatch_get).post(dispatch_post))
-        .route("/receipt/{id}", get(receipt))
+        .route("/receipt/{id}", get(receipt).post(receipt_form))
         .route("/metrics", get(metrics))
         .route(
             "/mcp",
@@ -656,35 +656,118 @@ async fn receipt(
     UrlPath(id): UrlPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(state.keys(), &headers)?;
-    auth::require_credential(&caller)?;
-    let r = find_receipt(&state, &id).await?;
-    // A token may read the receipts of its own invocations; everything else needs the owner.
-    if !matches!(&caller, Caller::Token(_) if r.draft.actor == caller.actor()) {
-        auth::require_owner(&caller)?;
-    }
     let wants_html = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/html"));
     if wants_html {
-        let pretty = serde_json::to_string_pretty(&r).unwrap_or_default();
-        let html = format!(
-            "<!doctype html><meta charset=utf-8><title>{id}</title><h1>Receipt {id}</h1><pre>{}</pre>",
-            html_escape(&pretty),
-            id = html_escape(&r.draft.id)
-        );
-        return Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response());
+        return Ok(receipt_page(&state, &id, &headers).await);
     }
+    let caller = authenticate(state.keys(), &headers)?;
+    auth::require_credential(&caller)?;
+    let r = find_receipt(&state, &id).await?;
+    may_read_receipt(&caller, &r)?;
     Ok(axum::Json(r).into_response())
 }
 
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// Who may read a full receipt: the owner, or the token whose invocation it records.
+fn may_read_receipt(caller: &Caller, r: &Receipt) -> Result<(), ApiError> {
+    auth::require_credential(caller)?;
+    if matches!(caller, Caller::Token(_) if r.draft.actor == caller.actor()) {
+        return Ok(());
+    }
+    auth::require_owner(caller)
 }
+
+/// What the receipt page's form sends: the owner key or a token typed into the page.
+#[derive(Deserialize)]
+struct CredentialForm {
+    #[serde(default)]
+    credential: String,
+}
+
+/// `POST /receipt/{id}` from the page's form: the credential arrives as a form field (a
+/// browser cannot put a typed key into a header of a plain navigation) and is checked exactly
+/// as the header would be.
+async fn receipt_form(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    form: Result<axum::Form<CredentialForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let mut headers = HeaderMap::new();
+    if let Ok(axum::Form(f)) = form
+        && !f.credential.trim().is_empty()
+        && let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", f.credential.trim()))
+    {
+        headers.insert(header::AUTHORIZATION, v);
+    }
+    receipt_page(&state, &id, &headers).await
+}
+
+/// The receipt as a page in the site's layout: the full receipt for a caller who may read
+/// it, else the keyless confirmation (status and hashes, as `?confirm=` gives anyone) with a
+/// form for the key; refusals and unknown ids show the same code and fix as the JSON answer.
+async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Response {
+    let keyless = |r: &Receipt| {
+        json!({
+            "key": r.draft.key,
+            "status": r.draft.status,
+            "input_sha256": r.draft.input_sha256,
+            "output_sha256": r.draft.output_sha256,
+            "contract_sha256": r.draft.contract_sha256,
+            "hash": r.hash,
+        })
+    };
+    let found = find_receipt(state, id).await;
+    let caller = authenticate(state.keys(), headers);
+    let (receipt, full, refusal) = match found {
+        Err(e) => (None, false, Some(e)),
+        Ok(r) => match caller.and_then(|c| match c {
+            Caller::Anonymous => Ok(false),
+            c => may_read_receipt(&c, &r).map(|()| true),
+        }) {
+            Ok(true) => (
+                Some(serde_json::to_value(&r).unwrap_or_default()),
+                true,
+                None,
+            ),
+            Ok(false) => (Some(keyless(&r)), false, None),
+            Err(e) => (Some(keyless(&r)), false, Some(e)),
+        },
+    };
+    let page = crate::site::ReceiptPage {
+        id,
+        receipt,
+        full,
+        error: refusal.as_ref().map(|e| crate::site::PageError {
+            code: e.0.code,
+            message: &e.0.message,
+            how_to_fix: &e.0.how_to_fix,
+        }),
+    };
+    let status = refusal.as_ref().map_or(StatusCode::OK, |e| e.0.status);
+    html_page(state, status, &page)
+}
+
+fn html_page(state: &AppState, status: StatusCode, page: &crate::site::ReceiptPage) -> Response {
+    match crate::site::receipt_page(&state.live().info, page) {
+        Ok(html) => (
+            status,
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                // A full receipt carries the call's input and output: keep it out of caches.
+                (header::CACHE_CONTROL, "no-store"),
+                (header::CONTENT_SECURITY_POLICY, PAGE_POLICY),
+            ],
+            html,
+        )
+            .into_response(),
+        Err(e) => ApiError::internal("rendering the receipt page failed", e).into_response(),
+    }
+}
+
+/// Pages load nothing from elsewhere and run only the site's own scripts.
+const PAGE_POLICY: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 async fn dispatch_post(
     State(state): State<AppState>,
@@ -802,5 +885,12 @@ async fn static_file(State(state): State<AppState>, uri: axum::http::Uri) -> Res
         Some("svg") => "image/svg+xml",
         _ => "application/octet-stream",
     };
-    ([(header::CONTENT_TYPE, content_type)], Body::from(bytes)).into_response()
+    let mut response = ([(header::CONTENT_TYPE, content_type)], Body::from(bytes)).into_response();
+    if content_type.starts_with("text/html") {
+        response.headers_mut().insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_POLICY),
+        );
+    }
+    response
 }
