@@ -137,6 +137,8 @@ struct Walker<'r> {
     rel: std::path::PathBuf,
     subtree_of: HashMap<ObjectId, Option<ObjectId>>,
     trees: HashMap<ObjectId, RawTree>,
+    /// Buffers of evicted trees, reused: a fresh 400 KB buffer per lookup costs page faults.
+    spare: Vec<Vec<u8>>,
 }
 
 impl Walker<'_> {
@@ -166,11 +168,17 @@ impl Walker<'_> {
         if let Some(t) = self.trees.get(&id) {
             return Ok(t.clone());
         }
-        let data = Arc::new(self.repo.find_object(id)?.detach().data);
+        let mut buf = self.spare.pop().unwrap_or_default();
+        match gix::objs::Find::try_find(&self.repo.objects, &id, &mut buf)? {
+            Some(d) if d.kind == gix::object::Kind::Tree => {}
+            _ => anyhow::bail!("tree {id} is missing from the repository"),
+        }
+        let data = Arc::new(buf);
         // Parents are walked just before their children: a few recent trees are all that
         // is ever looked up again.
         if self.trees.len() > 8 {
-            self.trees.clear();
+            let evicted = self.trees.drain().filter_map(|(_, t)| Arc::try_unwrap(t).ok());
+            self.spare.extend(evicted);
         }
         self.trees.insert(id, data.clone());
         Ok(data)
@@ -182,8 +190,8 @@ type RawEntry<'t> = (&'t [u8], &'t [u8], bool);
 
 /// The entry at `at`, and where the next entry starts.
 fn entry_at(t: &[u8], at: usize) -> Option<(RawEntry<'_>, usize)> {
-    let sp = at + t.get(at..)?.iter().position(|b| *b == b' ')?;
-    let nul = sp + 1 + t.get(sp + 1..)?.iter().position(|b| *b == 0)?;
+    let sp = at + memchr::memchr(b' ', t.get(at..)?)?;
+    let nul = sp + 1 + memchr::memchr(0, t.get(sp + 1..)?)?;
     let id = t.get(nul + 1..nul + 21)?;
     let blob = t[at] == b'1'; // 100644, 100755, 120000 are blobs and links; 40000 is a tree
     Some(((&t[sp + 1..nul], id, blob), nul + 21))
@@ -241,9 +249,11 @@ fn diff(now: &[u8], before: &[u8], out: &mut Vec<(String, ChangeKind)>) {
     let prefix = common_prefix(now, before);
     let max_suffix = now.len().min(before.len()) - prefix;
     let suffix = common_suffix(&now[prefix..], &before[prefix..]).min(max_suffix);
-    // Entry boundaries before the first difference are the same in both trees.
+    // Entry boundaries before the first difference are the same in both trees. An entry
+    // ends 20 bytes after the NUL that ends its name, so hopping from NUL to NUL finds them.
     let mut start = 0;
-    while let Some((_, next)) = entry_at(now, start) {
+    while let Some(nul) = memchr::memchr(0, &now[start..prefix.min(now.len())]) {
+        let next = start + nul + 21;
         if next > prefix {
             break;
         }
@@ -344,6 +354,7 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
         rel,
         subtree_of: HashMap::new(),
         trees: HashMap::new(),
+        spare: Vec::new(),
     };
     let mut changed = Vec::new();
     // Oldest first. Packs store a tree as a delta on an older one; decoded trees are cached,
