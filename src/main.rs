@@ -112,6 +112,9 @@ enum Command {
         /// Where state lives (breaker); default `$CAPDIR_DATA`, else `data`.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+        /// With a `postgres://` ledger, breaker state is shared with the dispatchers there.
+        #[arg(long, env = "CAPDIR_LEDGER", hide_env_values = true)]
+        ledger: Option<String>,
     },
     /// Run the dispatcher: ask, contracts, invoke with durable receipts, the static site.
     Serve {
@@ -121,8 +124,14 @@ enum Command {
         /// Where to listen (loopback by default).
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: std::net::SocketAddr,
-        /// The receipt ledger: `sqlite:PATH`.
-        #[arg(long, default_value = "sqlite:data/ledger.sqlite")]
+        /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
+        /// several dispatchers sharing one chain (keeps breaker state there too).
+        #[arg(
+            long,
+            env = "CAPDIR_LEDGER",
+            hide_env_values = true,
+            default_value = "sqlite:data/ledger.sqlite"
+        )]
         ledger: String,
         /// The public URL, for the links in answers.
         #[arg(long)]
@@ -135,8 +144,14 @@ enum Command {
     Ledger {
         #[command(subcommand)]
         action: LedgerAction,
-        /// The receipt ledger: `sqlite:PATH`.
-        #[arg(long, default_value = "sqlite:data/ledger.sqlite", global = true)]
+        /// The receipt ledger: `sqlite:PATH` or `postgres://user:password@host:port/db`.
+        #[arg(
+            long,
+            env = "CAPDIR_LEDGER",
+            hide_env_values = true,
+            default_value = "sqlite:data/ledger.sqlite",
+            global = true
+        )]
         ledger: String,
     },
     /// Show or reset the per-credential circuit breakers.
@@ -146,6 +161,9 @@ enum Command {
         /// Where state lives; default `$CAPDIR_DATA`, else `data`.
         #[arg(long, value_name = "DIR", global = true)]
         data: Option<PathBuf>,
+        /// With a `postgres://` ledger, the state the dispatchers share there.
+        #[arg(long, env = "CAPDIR_LEDGER", hide_env_values = true, global = true)]
+        ledger: Option<String>,
     },
 }
 
@@ -205,23 +223,27 @@ fn main() -> ExitCode {
             site,
             json,
             data,
-        } => capdir::invoke::command(
-            &catalogue,
-            site.as_deref(),
-            &capdir::breaker::data_dir(data),
-            &key,
-            body,
-            args.as_deref(),
-            json,
-        )
-        .map(|(text, ok)| {
-            print!("{text}");
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }),
+            ledger,
+        } => breaker_for(ledger.as_deref(), data)
+            .and_then(|breaker| {
+                capdir::invoke::command(
+                    &catalogue,
+                    site.as_deref(),
+                    breaker,
+                    &key,
+                    body,
+                    args.as_deref(),
+                    json,
+                )
+            })
+            .map(|(text, ok)| {
+                print!("{text}");
+                if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }),
         Command::Serve {
             site,
             addr,
@@ -230,7 +252,11 @@ fn main() -> ExitCode {
             data,
         } => serve(site, addr, ledger, base_url, data),
         Command::Ledger { action, ledger } => ledger_cmd(action, ledger),
-        Command::Breaker { action, data } => breaker(action, capdir::breaker::data_dir(data)),
+        Command::Breaker {
+            action,
+            data,
+            ledger,
+        } => breaker_for(ledger.as_deref(), data).and_then(|b| breaker(action, b)),
     };
     match result {
         Ok(code) => code,
@@ -270,18 +296,21 @@ fn serve(
         })?;
     }
     let data = capdir::breaker::data_dir(data);
-    let ledger = capdir::ledger::SqliteLedger::open(&capdir::ledger::parse_url(&ledger))?;
-    let settings = capdir::server::Settings {
-        owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
-        base_url,
-        config: capdir::invoke::InvokerConfig::from_env(&data).map_err(anyhow::Error::msg)?,
-        ..capdir::server::Settings::new(&site, std::sync::Arc::new(ledger))
-    };
-    if settings.owner_key.as_deref().unwrap_or("").is_empty() {
-        tracing::warn!("CAPDIR_OWNER_KEY is not set: nobody can invoke or read receipts");
-    }
+    let location = capdir::ledger::Location::parse(&ledger)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        let ledger = location.open().await?;
+        tracing::info!(ledger = %location, "ledger open");
+        let settings = capdir::server::Settings {
+            owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
+            base_url,
+            config: capdir::invoke::InvokerConfig::from_env(location.breaker(&data))
+                .map_err(anyhow::Error::msg)?,
+            ..capdir::server::Settings::new(&site, ledger)
+        };
+        if settings.owner_key.as_deref().unwrap_or("").is_empty() {
+            tracing::warn!("CAPDIR_OWNER_KEY is not set: nobody can invoke or read receipts");
+        }
         let state = capdir::server::AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
         let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -292,9 +321,12 @@ fn serve(
 }
 
 fn ledger_cmd(action: LedgerAction, ledger: String) -> anyhow::Result<ExitCode> {
-    let path = capdir::ledger::parse_url(&ledger);
+    let location = capdir::ledger::Location::parse(&ledger)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     match action {
-        LedgerAction::Verify => match capdir::ledger::verify(&path)? {
+        LedgerAction::Verify => match runtime.block_on(location.verify())? {
             capdir::ledger::Verdict::Intact { receipts } => {
                 println!("ok: {receipts} receipts, every link holds");
                 Ok(ExitCode::SUCCESS)
@@ -304,13 +336,13 @@ fn ledger_cmd(action: LedgerAction, ledger: String) -> anyhow::Result<ExitCode> 
                 Ok(ExitCode::FAILURE)
             }
         },
-        LedgerAction::Show { id } => match capdir::ledger::get(&path, &id)? {
+        LedgerAction::Show { id } => match runtime.block_on(location.get(&id))? {
             Some(r) => {
                 println!("{}", serde_json::to_string_pretty(&r)?);
                 Ok(ExitCode::SUCCESS)
             }
             None => {
-                eprintln!("no receipt {id} in {}", path.display());
+                eprintln!("no receipt {id} in {location}");
                 Ok(ExitCode::FAILURE)
             }
         },
@@ -461,18 +493,38 @@ fn eval(
     })
 }
 
-fn breaker(action: BreakerAction, data: PathBuf) -> anyhow::Result<ExitCode> {
-    let breaker = capdir::breaker::Breaker::in_data_dir(&data);
+/// The breaker state a command uses: the PostgreSQL ledger's when `--ledger` names one,
+/// else `<data>/state.sqlite`.
+fn breaker_for(
+    ledger: Option<&str>,
+    data: Option<PathBuf>,
+) -> anyhow::Result<capdir::breaker::Breaker> {
+    let data = capdir::breaker::data_dir(data);
+    Ok(match ledger {
+        Some(text) => capdir::ledger::Location::parse(text)?.breaker(&data),
+        None => capdir::breaker::Breaker::in_data_dir(&data),
+    })
+}
+
+fn breaker(action: BreakerAction, breaker: capdir::breaker::Breaker) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     match action {
         BreakerAction::List => {
-            let states = breaker.store().list().map_err(anyhow::Error::msg)?;
+            let states = runtime
+                .block_on(breaker.store().list())
+                .map_err(anyhow::Error::msg)?;
             print!(
                 "{}",
                 capdir::breaker::render_list(&states, chrono::Utc::now())
             );
         }
         BreakerAction::Reset { name } => {
-            if breaker.reset(&name).map_err(anyhow::Error::msg)? {
+            if runtime
+                .block_on(breaker.reset(&name))
+                .map_err(anyhow::Error::msg)?
+            {
                 println!("breaker for {name} closed");
             } else {
                 println!("{name} had no breaker record; nothing to reset");
