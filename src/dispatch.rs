@@ -3,7 +3,6 @@
 //! both come here, so they refuse alike and write the same receipts.
 
 use crate::auth::{self, Caller};
-use crate::contract::fingerprint;
 use crate::invoke::Input;
 use crate::ledger::{self, Draft, Receipt};
 use crate::outcome::Status;
@@ -89,7 +88,7 @@ pub async fn dispatch(
     let Some(callable) = live.invoker.rows().get(&request.key) else {
         return Err(unknown_key(live.invoker.rows(), &request.key));
     };
-    let contract_sha256 = fingerprint(&callable.row);
+    let contract_sha256 = callable.fingerprint.clone();
     if let Some(repairs) = &request.repairs {
         let earlier = find_receipt(state, repairs).await.map_err(|e| {
             if e.code() == "unknown_receipt" {
@@ -125,6 +124,8 @@ pub async fn dispatch(
     let started_at = now_rfc3339();
     let outcome = live.invoker.invoke(&request.key, input).await;
     let finished_at = now_rfc3339();
+    // Redacted once: the receipt stores it and the caller is answered with it.
+    let output = crate::secrets::redact(&outcome.output, &[]);
     let draft = Draft {
         id: ledger::new_id(),
         key: outcome.key.clone(),
@@ -142,7 +143,7 @@ pub async fn dispatch(
         catalogue_commit: live.info.commit.clone(),
         repairs: request.repairs,
         input: crate::secrets::redact(&input_text, &[]),
-        output: crate::secrets::redact(&outcome.output, &[]),
+        output: output.clone(),
     };
     let receipt = state
         .inner
@@ -169,7 +170,6 @@ pub async fn dispatch(
         commit = %receipt.draft.catalogue_commit,
         "invoked"
     );
-    let output = crate::secrets::redact(&outcome.output, &[]);
     if let Some(failure) = &outcome.error {
         let (status, code, fix) = match outcome.status {
             Status::Refused if failure.code.starts_with("breaker") => (

@@ -22,6 +22,7 @@ pub mod git;
 pub mod history;
 pub mod invoke;
 pub mod ledger;
+pub mod mcp;
 pub mod outcome;
 pub mod projection;
 pub mod row;

@@ -6,6 +6,12 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc rather than glibc's allocator: the dispatcher allocates many small, short-lived
+/// buffers across threads (request bodies, JSON, receipts), where glibc's arenas showed up
+/// as a tenth of the profile (`_int_malloc`, `_int_free`, `malloc_consolidate`).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "capdir",
@@ -139,6 +145,39 @@ enum Command {
         /// Where breaker state lives; default `$CAPDIR_DATA`, else `data`.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+        /// What `/mcp` lists: `full` (one tool per row) or `meta` (ask, contract, invoke).
+        #[arg(long = "mcp", value_name = "PROJECTION", default_value = "full")]
+        projection: capdir::mcp::Projection,
+        /// Tools per `/mcp` tools/list page.
+        #[arg(long, value_name = "N", default_value_t = capdir::mcp::DEFAULT_PAGE_SIZE)]
+        mcp_page_size: usize,
+    },
+    /// Serve the catalogue as an MCP server on standard input and output, as the local owner.
+    Mcp {
+        /// The built site; built from the bundled catalogue first when it has no snapshot.
+        #[arg(long, default_value = "site")]
+        site: PathBuf,
+        /// What tools/list lists: `full` (one tool per row) or `meta` (ask, contract, invoke).
+        #[arg(long = "mcp", value_name = "PROJECTION", default_value = "full")]
+        projection: capdir::mcp::Projection,
+        /// Tools per tools/list page.
+        #[arg(long, value_name = "N", default_value_t = capdir::mcp::DEFAULT_PAGE_SIZE)]
+        page_size: usize,
+        /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
+        /// several dispatchers sharing one chain (keeps breaker state there too).
+        #[arg(
+            long,
+            env = "CAPDIR_LEDGER",
+            hide_env_values = true,
+            default_value = "sqlite:data/ledger.sqlite"
+        )]
+        ledger: String,
+        /// The dispatcher's public URL, for the links in answers.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        base_url: String,
+        /// Where breaker state lives; default `$CAPDIR_DATA`, else `data`.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
     },
     /// Check or read the receipt ledger.
     Ledger {
@@ -250,7 +289,36 @@ fn main() -> ExitCode {
             ledger,
             base_url,
             data,
-        } => serve(site, addr, ledger, base_url, data),
+            projection,
+            mcp_page_size,
+        } => serve(
+            site,
+            addr,
+            ledger,
+            base_url,
+            data,
+            capdir::mcp::Options {
+                projection,
+                page_size: mcp_page_size,
+            },
+        ),
+        Command::Mcp {
+            site,
+            projection,
+            page_size,
+            ledger,
+            base_url,
+            data,
+        } => mcp(
+            site,
+            ledger,
+            base_url,
+            data,
+            capdir::mcp::Options {
+                projection,
+                page_size,
+            },
+        ),
         Command::Ledger { action, ledger } => ledger_cmd(action, ledger),
         Command::Breaker {
             action,
@@ -267,46 +335,75 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(
-    site: PathBuf,
-    addr: std::net::SocketAddr,
-    ledger: String,
-    base_url: Option<String>,
-    data: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
+/// Logs go to standard error (standard output is the MCP channel of `capdir mcp`).
+fn init_logs() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let base_url = base_url.unwrap_or_else(|| format!("http://{addr}"));
-    if !site.join("catalogue.sqlite").exists() {
-        tracing::info!(site = %site.display(), "no site yet: building the bundled catalogue");
-        let opts = capdir::build::Options {
-            base_url: base_url.clone(),
-            ..capdir::build::Options::new("catalogue", &site)
-        };
-        capdir::build::run(&opts).map_err(|e| match e {
-            capdir::build::BuildError::Check(d) => {
-                anyhow::anyhow!("the catalogue has errors:\n{d}")
-            }
-            capdir::build::BuildError::Other(e) => e,
-        })?;
+}
+
+/// Build the bundled catalogue into `site` when it has no snapshot yet.
+fn ensure_site(site: &std::path::Path, base_url: &str) -> anyhow::Result<()> {
+    if site.join("catalogue.sqlite").exists() {
+        return Ok(());
     }
+    tracing::info!(site = %site.display(), "no site yet: building the bundled catalogue");
+    let opts = capdir::build::Options {
+        base_url: base_url.to_string(),
+        ..capdir::build::Options::new("catalogue", site)
+    };
+    capdir::build::run(&opts).map_err(|e| match e {
+        capdir::build::BuildError::Check(d) => {
+            anyhow::anyhow!("the catalogue has errors:\n{d}")
+        }
+        capdir::build::BuildError::Other(e) => e,
+    })?;
+    Ok(())
+}
+
+/// The dispatcher's settings shared by `serve` and `mcp`: the ledger opened (migrated, its
+/// writer started on the current runtime) and the breaker state where the ledger keeps it.
+async fn settings(
+    site: &std::path::Path,
+    ledger: &str,
+    base_url: String,
+    data: Option<PathBuf>,
+    mcp: capdir::mcp::Options,
+) -> anyhow::Result<capdir::server::Settings> {
     let data = capdir::breaker::data_dir(data);
-    let location = capdir::ledger::Location::parse(&ledger)?;
+    let location = capdir::ledger::Location::parse(ledger)?;
+    let ledger = location.open().await?;
+    tracing::info!(ledger = %location, "ledger open");
+    Ok(capdir::server::Settings {
+        base_url,
+        config: capdir::invoke::InvokerConfig::from_env(location.breaker(&data))
+            .map_err(anyhow::Error::msg)?,
+        mcp,
+        ..capdir::server::Settings::new(site, ledger)
+    })
+}
+
+fn serve(
+    site: PathBuf,
+    addr: std::net::SocketAddr,
+    ledger: String,
+    base_url: Option<String>,
+    data: Option<PathBuf>,
+    mcp: capdir::mcp::Options,
+) -> anyhow::Result<ExitCode> {
+    init_logs();
+    let base_url = base_url.unwrap_or_else(|| format!("http://{addr}"));
+    ensure_site(&site, &base_url)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let ledger = location.open().await?;
-        tracing::info!(ledger = %location, "ledger open");
         let settings = capdir::server::Settings {
             owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
-            base_url,
-            config: capdir::invoke::InvokerConfig::from_env(location.breaker(&data))
-                .map_err(anyhow::Error::msg)?,
-            ..capdir::server::Settings::new(&site, ledger)
+            ..settings(&site, &ledger, base_url, data, mcp).await?
         };
         if settings.owner_key.as_deref().unwrap_or("").is_empty() {
             tracing::warn!("CAPDIR_OWNER_KEY is not set: nobody can invoke or read receipts");
@@ -316,6 +413,27 @@ fn serve(
         let listener = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(addr = %listener.local_addr()?, "serving");
         axum::serve(listener, capdir::server::app(state)).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `capdir mcp`: MCP on standard input and output. The caller is the local owner (it started
+/// the process); no owner key is needed, and none is read.
+fn mcp(
+    site: PathBuf,
+    ledger: String,
+    base_url: String,
+    data: Option<PathBuf>,
+    options: capdir::mcp::Options,
+) -> anyhow::Result<ExitCode> {
+    init_logs();
+    ensure_site(&site, &base_url)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let settings = settings(&site, &ledger, base_url, data, options).await?;
+        let state = capdir::server::AppState::new(settings)?;
+        state.spawn_reloader(std::time::Duration::from_millis(200));
+        capdir::mcp::stdio::serve(state).await?;
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -3,6 +3,7 @@
 
 use crate::contract::{Contract, fingerprint};
 use crate::row::Row;
+use crate::rowset::needed_args;
 use serde_json::{Value as Json, json};
 
 /// A row's registry entry: enough to pick it, with a pointer to its contract.
@@ -28,14 +29,19 @@ pub fn mcp_tool(row: &Row) -> Json {
         description.push_str(w);
     }
     let input_schema = row.input_schema.clone().unwrap_or_else(|| {
-        json!({
+        let mut schema = json!({
             "type": "object",
             "properties": {"body": {
                 "type": "string",
                 "description": format!("Arguments as one string, pieces split on `|`. {}", doc.args.as_deref().unwrap_or(""))
                     .trim_end().to_string(),
             }},
-        })
+        });
+        // A row whose template has `$1` cannot run without a body; say so in the schema.
+        if needed_args(row) > 0 {
+            schema["required"] = json!(["body"]);
+        }
+        schema
     });
     let read_only = Contract::read_only(row);
     json!({

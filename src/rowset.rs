@@ -33,6 +33,8 @@ pub struct Callable {
     pub http_target: Option<Result<HttpTarget, TargetError>>,
     /// The parsed `auth`.
     pub credential: Result<Option<Credential>, CredentialError>,
+    /// The contract fingerprint (DESIGN.md §5), computed once: every receipt names it.
+    pub fingerprint: String,
 }
 
 impl Callable {
@@ -40,15 +42,10 @@ impl Callable {
         let schema = row.input_schema.as_ref().map(ArgSchema::compile);
         let flow = (row.kind == RowType::Flow).then(|| flow::parse(row.payload()));
         let http_target = (row.kind == RowType::Http).then(|| HttpTarget::parse(&row.target));
-        // An agent's payload is its system prompt, sent as written (a prompt may mention `$1`
-        // as text); the user message carries the arguments, so it needs no slots filled.
-        let needed_args = match row.kind {
-            RowType::Agent => 0,
-            RowType::Http => highest_slot(row.payload()).max(highest_slot(&row.target)),
-            RowType::Fn | RowType::Flow => highest_slot(row.payload()),
-        };
+        let needed_args = needed_args(&row);
         let credential = Credential::parse(&row.auth);
         Callable {
+            fingerprint: crate::contract::fingerprint(&row),
             row,
             schema,
             needed_args,
@@ -56,6 +53,17 @@ impl Callable {
             http_target,
             credential,
         }
+    }
+}
+
+/// How many `$N` pieces a call of `row` must send: the highest slot over its templates.
+pub fn needed_args(row: &Row) -> usize {
+    // An agent's payload is its system prompt, sent as written (a prompt may mention `$1`
+    // as text); the user message carries the arguments, so it needs no slots filled.
+    match row.kind {
+        RowType::Agent => 0,
+        RowType::Http => highest_slot(row.payload()).max(highest_slot(&row.target)),
+        RowType::Fn | RowType::Flow => highest_slot(row.payload()),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The dispatcher (DESIGN.md §6): one HTTP front for asking, reading contracts, invoking with a
-//! durable receipt, confirming a receipt, the counts and the static site.
+//! durable receipt, confirming a receipt, the counts, MCP (`/mcp`, in `mcp::http`) and the
+//! static site.
 //!
 //! `app(state)` builds the whole router so tests drive it in-process with `oneshot`. The rows
 //! and the search index live behind an `ArcSwap`: a poller notices a new build and swaps them
@@ -13,6 +14,7 @@ use crate::contract::Urls;
 use crate::dispatch;
 use crate::invoke::{Invoker, InvokerConfig};
 use crate::ledger::{Ledger, Receipt};
+use crate::mcp;
 use crate::rowset::RowSet;
 use crate::search::Searcher;
 use crate::snapshot::{self, BuildInfo};
@@ -31,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 /// The largest request body accepted by default.
 pub const DEFAULT_BODY_LIMIT: usize = 256 * 1024;
@@ -78,6 +80,24 @@ impl ApiError {
         self.0.code
     }
 
+    /// The HTTP status this error answers with.
+    pub fn status(&self) -> StatusCode {
+        self.0.status
+    }
+
+    /// The JSON body: `{"error": {"code", "message", "how_to_fix"}}` and the extra fields.
+    /// MCP tool errors carry the same document.
+    pub fn to_json(&self) -> Json {
+        let e = &self.0;
+        let mut body = serde_json::Map::new();
+        body.insert(
+            "error".into(),
+            json!({"code": e.code, "message": e.message, "how_to_fix": e.how_to_fix}),
+        );
+        body.extend(e.extra.clone());
+        Json::Object(body)
+    }
+
     pub(crate) fn internal(what: &str, e: anyhow::Error) -> ApiError {
         // The detail goes to the log; the client gets the stable code only.
         tracing::error!(error = %format!("{e:#}"), "{what}");
@@ -92,14 +112,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let e = *self.0;
-        let mut body = serde_json::Map::new();
-        body.insert(
-            "error".into(),
-            json!({"code": e.code, "message": e.message, "how_to_fix": e.how_to_fix}),
-        );
-        body.extend(e.extra);
-        (e.status, axum::Json(Json::Object(body))).into_response()
+        (self.status(), axum::Json(self.to_json())).into_response()
     }
 }
 
@@ -177,6 +190,9 @@ pub(crate) struct Shared {
     pub(crate) body_limit: usize,
     pub(crate) inflight: Semaphore,
     pub(crate) metrics: Metrics,
+    /// Bumped after every reload, so MCP streams can tell their clients the tools changed.
+    pub(crate) reloads: watch::Sender<u64>,
+    pub(crate) mcp: mcp::Endpoint,
 }
 
 /// How a dispatcher is set up.
@@ -190,6 +206,8 @@ pub struct Settings {
     pub body_limit: usize,
     /// Invocations running at once before new ones get 503.
     pub max_inflight: usize,
+    /// What `/mcp` lists: one tool per row, or the ask/contract/invoke trio.
+    pub mcp: mcp::Options,
 }
 
 impl Settings {
@@ -202,6 +220,7 @@ impl Settings {
             config: InvokerConfig::default(),
             body_limit: DEFAULT_BODY_LIMIT,
             max_inflight: 1024,
+            mcp: mcp::Options::default(),
         }
     }
 }
@@ -220,6 +239,8 @@ impl AppState {
                 body_limit: settings.body_limit,
                 inflight: Semaphore::new(settings.max_inflight),
                 metrics: Metrics::default(),
+                reloads: watch::Sender::new(0),
+                mcp: mcp::Endpoint::new(settings.mcp),
             }),
         })
     }
@@ -251,6 +272,7 @@ impl AppState {
                 );
                 self.inner.live.store(Arc::new(live));
                 self.inner.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+                self.inner.reloads.send_modify(|n| *n += 1);
                 true
             }
             Err(e) => {
@@ -258,6 +280,11 @@ impl AppState {
                 false
             }
         }
+    }
+
+    /// A receiver that changes after every reload.
+    pub fn subscribe_reloads(&self) -> watch::Receiver<u64> {
+        self.inner.reloads.subscribe()
     }
 
     /// Poll the site every `every` for a new build, until the runtime stops.
@@ -281,6 +308,12 @@ pub fn app(state: AppState) -> Router {
         .route("/api/dispatch", get(dispatch_get).post(dispatch_post))
         .route("/receipt/{id}", get(receipt))
         .route("/metrics", get(metrics))
+        .route(
+            "/mcp",
+            get(mcp::http::open_stream)
+                .post(mcp::http::post)
+                .delete(mcp::http::end_session),
+        )
         .fallback(get(static_file))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -17,8 +17,8 @@
 //! The circuit breakers' state lives here too (`breakers`), so every dispatcher sees one count.
 
 use super::{
-    BoxFuture, Draft, Job, Ledger, MAX_BATCH, Receipt, Stats, Verdict, Walk, answer_all, answered,
-    link, row_to_receipt,
+    BoxFuture, Draft, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, Verdict, Walk, answer_all,
+    answered, link, row_to_receipt,
 };
 use crate::breaker::{BreakerState, BreakerStore};
 use anyhow::{Context as _, Result, bail};
@@ -26,7 +26,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc};
 use tokio_postgres::{Client, NoTls, Statement};
 
 /// The advisory lock every batch transaction takes before it reads the last link.
@@ -225,7 +225,7 @@ impl WriterConn {
     }
 
     /// One batch in one transaction: lock, read the last link, insert, commit.
-    async fn commit(&mut self, drafts: &[Draft]) -> Result<Vec<Receipt>> {
+    async fn commit(&mut self, jobs: &[Job]) -> Result<Vec<Link>> {
         let tx = self.client.transaction().await?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK])
             .await?;
@@ -233,19 +233,16 @@ impl WriterConn {
             Some(row) => (row.get(0), row.get(1)),
             None => (0, super::GENESIS.to_string()),
         };
-        let receipts = link(last, drafts)?;
-        let seqs: Vec<i64> = receipts.iter().map(|r| r.seq).collect();
-        let ids: Vec<&str> = receipts.iter().map(|r| r.draft.id.as_str()).collect();
-        let bodies = receipts
-            .iter()
-            .map(|r| serde_json::to_string(&r.draft))
-            .collect::<Result<Vec<String>, _>>()?;
-        let prevs: Vec<&str> = receipts.iter().map(|r| r.prev_hash.as_str()).collect();
-        let hashes: Vec<&str> = receipts.iter().map(|r| r.hash.as_str()).collect();
+        let links = link(last, jobs);
+        let seqs: Vec<i64> = links.iter().map(|l| l.0).collect();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.draft.id.as_str()).collect();
+        let bodies: Vec<&str> = jobs.iter().map(|j| j.body.as_str()).collect();
+        let prevs: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
+        let hashes: Vec<&str> = links.iter().map(|l| l.2.as_str()).collect();
         tx.execute(&self.insert, &[&seqs, &ids, &bodies, &prevs, &hashes])
             .await?;
         tx.commit().await?;
-        Ok(receipts)
+        Ok(links)
     }
 }
 
@@ -262,19 +259,18 @@ async fn writer(
         {
             jobs.push(more);
         }
-        let drafts: Vec<Draft> = jobs.iter().map(|j| j.draft.clone()).collect();
         let started = Instant::now();
         let result = async {
             if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
                 conn = Some(WriterConn::open(&url).await?);
             }
             match conn.as_mut() {
-                Some(c) => c.commit(&drafts).await,
+                Some(c) => c.commit(&jobs).await,
                 None => bail!("no ledger connection"),
             }
         }
         .await
-        .with_context(|| format!("committing {} receipts to {url}", drafts.len()));
+        .with_context(|| format!("committing {} receipts to {url}", jobs.len()));
         if result.is_err() {
             // Whatever state the connection is in, the next batch starts on a fresh one; the
             // dropped connection's transaction is rolled back by the server.
@@ -288,8 +284,8 @@ async fn writer(
 impl Ledger for PgLedger {
     fn append(&self, draft: Draft) -> BoxFuture<'_, Result<Receipt>> {
         Box::pin(async move {
-            let (answer, rx) = oneshot::channel();
-            if self.jobs.send(Job { draft, answer }).is_err() {
+            let (job, rx) = Job::new(draft)?;
+            if self.jobs.send(job).is_err() {
                 bail!("the ledger writer has stopped");
             }
             answered(rx).await

@@ -7,15 +7,15 @@
 //! link: two processes on the same file wait for each other instead of forking the chain.
 
 use super::{
-    BoxFuture, Job, Ledger, MAX_BATCH, Receipt, Stats, Verdict, Walk, answer_all, answered, link,
-    row_to_receipt,
+    BoxFuture, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, Verdict, Walk, answer_all, answered,
+    link, row_to_receipt,
 };
 use anyhow::{Context as _, Result, bail};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// The SQLite ledger (WAL, `synchronous=FULL`).
 pub struct SqliteLedger {
@@ -72,34 +72,26 @@ impl SqliteLedger {
 
 fn last_link(db: &Connection) -> rusqlite::Result<(i64, String)> {
     Ok(db
-        .query_row(
-            "SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .prepare_cached("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?
         .unwrap_or((0, super::GENESIS.to_string())))
 }
 
-fn commit_batch(db: &mut Connection, drafts: &[super::Draft]) -> Result<Vec<Receipt>> {
+/// Commit one batch of receipts in one transaction (one fsync) and return their links.
+fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
     let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let receipts = link(last_link(&tx)?, drafts)?;
+    let links = link(last_link(&tx)?, jobs);
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO receipts (seq, id, body, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
-        for r in &receipts {
-            insert.execute(params![
-                r.seq,
-                r.draft.id,
-                serde_json::to_string(&r.draft)?,
-                r.prev_hash,
-                r.hash
-            ])?;
+        for (job, (seq, prev_hash, hash)) in jobs.iter().zip(&links) {
+            insert.execute(params![seq, job.draft.id, job.body, prev_hash, hash])?;
         }
     }
     tx.commit()?;
-    Ok(receipts)
+    Ok(links)
 }
 
 fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
@@ -110,9 +102,8 @@ fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stat
         {
             jobs.push(more);
         }
-        let drafts: Vec<super::Draft> = jobs.iter().map(|j| j.draft.clone()).collect();
         let started = Instant::now();
-        let result = commit_batch(&mut db, &drafts);
+        let result = commit_batch(&mut db, &jobs);
         stats.add(started.elapsed());
         answer_all(jobs, result);
     }
@@ -126,8 +117,8 @@ fn read_only(path: &Path) -> Result<Connection> {
 impl Ledger for SqliteLedger {
     fn append(&self, draft: super::Draft) -> BoxFuture<'_, Result<Receipt>> {
         Box::pin(async move {
-            let (answer, rx) = oneshot::channel();
-            if self.jobs.send(Job { draft, answer }).is_err() {
+            let (job, rx) = Job::new(draft)?;
+            if self.jobs.send(job).is_err() {
                 bail!("the ledger writer has stopped");
             }
             answered(rx).await
