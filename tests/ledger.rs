@@ -392,3 +392,50 @@ async fn cli_verifies_shows_and_resets(b: Backend) {
     assert_eq!(code, 1);
     assert!(out.starts_with("broken at receipt 2 "), "{out}");
 }
+
+/// PostgreSQL only (SQLite has no migration table): dispatchers starting together apply each
+/// migration once, and a database migrated by a newer capdir is refused, not guessed at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_migrations_run_once_and_refuse_a_newer_schema() {
+    let Some(b) = Backend::postgres().await else {
+        return;
+    };
+    let loc = b.location();
+    let opened = futures_util::future::join_all((0..4).map(|_| loc.open())).await;
+    for o in opened {
+        o.expect("open while others open");
+    }
+    let Backend::Postgres(db, _) = &b else {
+        unreachable!("a PostgreSQL backend")
+    };
+    let pg = db.client().await;
+    let versions: Vec<i32> = pg
+        .query(
+            "SELECT version FROM capdir_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .expect("migrations")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!versions.is_empty());
+    assert_eq!(
+        versions,
+        (1..=versions.len() as i32).collect::<Vec<_>>(),
+        "each migration recorded once, in order"
+    );
+    pg.batch_execute(
+        "INSERT INTO capdir_migrations (version, name) VALUES (999, 'from the future')",
+    )
+    .await
+    .expect("insert");
+    let e = match loc.open().await {
+        Ok(_) => panic!("a newer schema was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        e.contains("schema version 999") && e.contains("upgrade"),
+        "{e}"
+    );
+}
