@@ -193,6 +193,7 @@ impl PgLedger {
 /// The writer's own connection with its two statements prepared.
 struct WriterConn {
     client: Client,
+    lock: Statement,
     last: Statement,
     insert: Statement,
 }
@@ -208,6 +209,7 @@ impl WriterConn {
             )
             .await
             .with_context(|| format!("setting up the ledger connection to {url}"))?;
+        let lock = client.prepare("SELECT pg_advisory_xact_lock($1)").await?;
         let last = client
             .prepare("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1")
             .await?;
@@ -219,17 +221,28 @@ impl WriterConn {
             .await?;
         Ok(WriterConn {
             client,
+            lock,
             last,
             insert,
         })
     }
 
-    /// One batch in one transaction: lock, read the last link, insert, commit.
+    /// One batch in one transaction: lock, read the last link, insert, commit. The statements
+    /// are pipelined (sent without waiting for the previous answer; the server still runs them
+    /// one after another), so a batch costs two round trips: BEGIN, lock and read; then insert
+    /// and COMMIT. The read's snapshot is taken when it starts, after the lock is held. When
+    /// anything fails the caller drops the connection, and the server rolls back; a COMMIT
+    /// after a failed insert only ends the aborted transaction, and the insert's error counts.
     async fn commit(&mut self, jobs: &[Job]) -> Result<Vec<Link>> {
-        let tx = self.client.transaction().await?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK])
-            .await?;
-        let last = match tx.query_opt(&self.last, &[]).await? {
+        let c = &self.client;
+        let (begun, locked, last) = tokio::join!(
+            c.batch_execute("BEGIN"),
+            c.execute(&self.lock, &[&APPEND_LOCK]),
+            c.query_opt(&self.last, &[]),
+        );
+        begun?;
+        locked?;
+        let last = match last? {
             Some(row) => (row.get(0), row.get(1)),
             None => (0, super::GENESIS.to_string()),
         };
@@ -239,9 +252,15 @@ impl WriterConn {
         let bodies: Vec<&str> = jobs.iter().map(|j| j.body.as_str()).collect();
         let prevs: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
         let hashes: Vec<&str> = links.iter().map(|l| l.2.as_str()).collect();
-        tx.execute(&self.insert, &[&seqs, &ids, &bodies, &prevs, &hashes])
-            .await?;
-        tx.commit().await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [&seqs, &ids, &bodies, &prevs, &hashes];
+        let (inserted, committed) =
+            tokio::join!(c.execute(&self.insert, &params), c.batch_execute("COMMIT"),);
+        let inserted = inserted?;
+        committed?;
+        if inserted != jobs.len() as u64 {
+            bail!("{inserted} of {} receipts were inserted", jobs.len());
+        }
         Ok(links)
     }
 }
