@@ -35,6 +35,9 @@ pub struct Options {
     pub out: PathBuf,
     /// Where the dispatcher will answer, for the URLs in contracts and llms.txt.
     pub base_url: String,
+    /// The repository's web address, for links to commits; `None` reads it from the
+    /// catalogue repository's `origin` remote (no links when that is not a hosted one).
+    pub repo_url: Option<String>,
     /// Draw a progress bar (only when stderr is a terminal).
     pub progress: bool,
     /// Stop with an error after this step: how tests prove a failed build changes nothing.
@@ -47,6 +50,7 @@ impl Options {
             catalogue: catalogue.into(),
             out: out.into(),
             base_url: "http://127.0.0.1:8080".into(),
+            repo_url: None,
             progress: false,
             fail_after: None,
         }
@@ -106,7 +110,7 @@ impl Steps {
 }
 
 /// Tombstones for row files the history saw deleted and the catalogue no longer has.
-pub fn tombstones(history: &History, rows: &[Row]) -> Vec<Tombstone> {
+pub fn tombstones(history: &History, rows: &[Row], urls: &Urls) -> Vec<Tombstone> {
     history
         .files
         .iter()
@@ -115,7 +119,7 @@ pub fn tombstones(history: &History, rows: &[Row]) -> Vec<Tombstone> {
             if rows.iter().any(|r| r.key == key) {
                 return None;
             }
-            Tombstone::from_history(key, changes)
+            Tombstone::from_history(key, changes, urls)
         })
         .collect()
 }
@@ -182,7 +186,13 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         history_partial: history.partial,
         counts: counts.clone(),
     };
-    let tombs = tombstones(&history, &all_rows);
+    let repo_url = match &opts.repo_url {
+        Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
+        Some(_) => None,
+        None => crate::git::origin_web_url(&opts.catalogue),
+    };
+    let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
+    let tombs = tombstones(&history, &all_rows, &urls);
 
     let tmp = temp_dir_beside(&opts.out)?;
     let result = (|| -> Result<()> {
@@ -205,7 +215,6 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
         steps.done("index", format!("{indexed} rows"))?;
 
-        let urls = Urls::new(&opts.base_url);
         let contracts: Vec<Contract> = enabled
             .iter()
             .map(|r| {
@@ -217,6 +226,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             site: SiteMeta::default_for(&counts),
             counts: &counts,
             build: &info,
+            repo_url: repo_url.clone(),
         };
         let tera = site::tera()?;
         let bar = progress_bar(opts.progress, contracts.len() as u64);
@@ -225,7 +235,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         for t in &tombs {
             site::write_tombstone(&tmp, &tera, &common, t)?;
         }
-        site::write_pages(&tmp, &tera, &common, &enabled, &contracts)?;
+        site::write_pages(&tmp, &tera, &common, &enabled, &contracts, &tombs)?;
         steps.done(
             "pages",
             format!(

@@ -47,17 +47,33 @@ pub fn fingerprint(row: &Row) -> String {
     hex::encode(Sha256::digest(callable.to_string().as_bytes()))
 }
 
-/// Where the dispatcher is, for the URLs a contract names.
+/// Where the dispatcher is, for the URLs a contract names, and where the catalogue's
+/// repository is browsed, for links to commits.
 #[derive(Debug, Clone, Serialize)]
 pub struct Urls {
     pub base: String,
+    /// The repository's web address (`https://host/owner/name`), when known.
+    pub repo: Option<String>,
 }
 
 impl Urls {
     pub fn new(base: &str) -> Urls {
         Urls {
             base: base.trim_end_matches('/').to_string(),
+            repo: None,
         }
+    }
+
+    /// The same, with commits linked into the repository at `repo`.
+    pub fn with_repo(mut self, repo: Option<String>) -> Urls {
+        self.repo = repo.map(|r| r.trim_end_matches('/').to_string());
+        self
+    }
+
+    /// A commit's page in the repository (`/commit/SHA` is the form GitHub, GitLab, Gitea
+    /// and Forgejo all answer).
+    pub fn commit(&self, sha: &str) -> Option<String> {
+        self.repo.as_ref().map(|r| format!("{r}/commit/{sha}"))
     }
 }
 
@@ -74,10 +90,13 @@ pub struct HistoryLine {
     pub author: String,
     pub subject: String,
     pub kind: &'static str,
+    /// The commit's page in the repository, when its address is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
-impl From<&Change> for HistoryLine {
-    fn from(c: &Change) -> Self {
+impl HistoryLine {
+    pub fn new(c: &Change, urls: &Urls) -> Self {
         HistoryLine {
             sha: c.commit.sha.clone(),
             short: c.commit.sha.chars().take(10).collect(),
@@ -85,6 +104,7 @@ impl From<&Change> for HistoryLine {
             author: c.commit.author.clone(),
             subject: c.commit.subject.clone(),
             kind: c.kind.as_str(),
+            url: urls.commit(&c.commit.sha),
         }
     }
 }
@@ -138,10 +158,50 @@ pub struct Contract {
     pub receipt_url: String,
     pub confirm_url: String,
     pub may_invoke: Vec<String>,
+    /// The kinds of credential this row accepts, and on what condition.
+    pub accepts: Vec<Accepts>,
     pub troubleshooting: Vec<String>,
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
     pub history: Vec<HistoryLine>,
+}
+
+/// One kind of credential a row accepts (the static contract's half of "who may do what";
+/// the dispatcher adds the presented credential's own affordances).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Accepts {
+    /// `owner_key`, `capability_token` or `anonymous`.
+    pub credential: &'static str,
+    /// When it is enough.
+    pub condition: String,
+}
+
+/// The kinds of credential `row` accepts.
+pub fn accepts(row: &Row) -> Vec<Accepts> {
+    let mut scope = format!("scoped to `{}`", row.key);
+    if !row.category.is_empty() {
+        scope.push_str(&format!(" or to category `{}`", row.category));
+    }
+    if row.sensitive {
+        scope.push_str(", with risk ceiling `high` (the row is sensitive)");
+    }
+    let mut out = vec![
+        Accepts {
+            credential: "owner_key",
+            condition: "always".into(),
+        },
+        Accepts {
+            credential: "capability_token",
+            condition: scope,
+        },
+    ];
+    if !row.sensitive && row.auth.trim().is_empty() {
+        out.push(Accepts {
+            credential: "anonymous",
+            condition: "only when the dispatcher runs with --open".into(),
+        });
+    }
+    out
 }
 
 fn arguments(schema: Option<&Json>) -> Vec<Argument> {
@@ -222,21 +282,15 @@ impl Contract {
         let ex = example_of(row);
         let credential = Credential::parse(&row.auth).ok().flatten();
         let risk = if row.sensitive { "high" } else { "low" };
-        let mut may_invoke = vec!["the owner key".to_string()];
-        may_invoke.push(format!(
-            "a capability token scoped to `{}`{}{}",
-            row.key,
-            if row.category.is_empty() {
-                String::new()
-            } else {
-                format!(" or to category `{}`", row.category)
-            },
-            if row.sensitive {
-                ", with risk ceiling `high`"
-            } else {
-                ""
-            }
-        ));
+        let accepts = accepts(row);
+        let may_invoke = accepts
+            .iter()
+            .map(|a| match a.credential {
+                "owner_key" => "the owner key".to_string(),
+                "capability_token" => format!("a capability token {}", a.condition),
+                _ => format!("anyone without a credential, {}", a.condition),
+            })
+            .collect();
         let body_json = serde_json::to_string(&ex).unwrap_or_default();
         Contract {
             key: row.key.clone(),
@@ -291,10 +345,11 @@ impl Contract {
             receipt_url: format!("{}/receipt/inv_…", urls.base),
             confirm_url: format!("{}/api/dispatch?confirm=inv_…", urls.base),
             may_invoke,
+            accepts,
             troubleshooting: troubleshooting(row),
             created_at: history.last().map(|c| c.commit.date.clone()),
             updated_at: history.first().map(|c| c.commit.date.clone()),
-            history: history.iter().map(HistoryLine::from).collect(),
+            history: history.iter().map(|c| HistoryLine::new(c, urls)).collect(),
         }
     }
 
@@ -321,7 +376,7 @@ pub struct Tombstone {
 
 impl Tombstone {
     /// A tombstone for a file whose newest change is its deletion.
-    pub fn from_history(key: &str, history: &[Change]) -> Option<Tombstone> {
+    pub fn from_history(key: &str, history: &[Change], urls: &Urls) -> Option<Tombstone> {
         let last = history.first()?;
         (last.kind == ChangeKind::Deleted).then(|| Tombstone {
             key: key.to_string(),
@@ -329,7 +384,7 @@ impl Tombstone {
             removed_by: last.commit.sha.clone(),
             removed_subject: last.commit.subject.clone(),
             replaced_by: last.commit.replaced_by.clone(),
-            history: history.iter().map(HistoryLine::from).collect(),
+            history: history.iter().map(|c| HistoryLine::new(c, urls)).collect(),
         })
     }
 }

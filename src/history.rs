@@ -167,7 +167,7 @@ impl Walker<'_> {
             return Ok(t.clone());
         }
         let data = Arc::new(self.repo.find_object(id)?.detach().data);
-        // Children are walked just before their parents: a few recent trees are all that
+        // Parents are walked just before their children: a few recent trees are all that
         // is ever looked up again.
         if self.trees.len() > 8 {
             self.trees.clear();
@@ -302,9 +302,20 @@ pub fn save_cache(history: &History, dir: &Path, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The delta-base cache of the history walk.
+const PACK_CACHE_BYTES: usize = 256 * 1024 * 1024;
+
 fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
     let (mut repo, rel) = git::locate(dir)?;
     repo.object_cache_size_if_unset(64 * 1024 * 1024);
+    // Trees are stored as deltas on each other; without a cache of decoded bases every
+    // lookup replays its whole delta chain. Successive commits share bases, so a cache
+    // makes a tree lookup mostly one delta applied to a cached base.
+    repo.objects.set_pack_cache(|| {
+        Box::new(gix::odb::pack::cache::lru::MemoryCappedHashmap::new(
+            PACK_CACHE_BYTES,
+        ))
+    });
     let head = repo
         .head_id()
         .map_err(|e| anyhow::anyhow!("no commits yet: {e}"))?;
@@ -335,8 +346,15 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
         trees: HashMap::new(),
     };
     let mut changed = Vec::new();
-    for info in repo.rev_walk([head.detach()]).with_hidden(hidden).all()? {
-        let info = info?;
+    // Oldest first. Packs store a tree as a delta on an older one; decoded trees are cached,
+    // so in this order each lookup applies one delta to its cached base, where newest first
+    // would replay the whole chain for every commit.
+    let commits = repo
+        .rev_walk([head.detach()])
+        .with_hidden(hidden)
+        .all()?
+        .collect::<Result<Vec<_>, _>>()?;
+    for info in commits.into_iter().rev() {
         history.commits_walked += 1;
         let sub = w.subtree(info.id)?;
         let mut parents = Vec::new();

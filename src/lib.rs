@@ -4,6 +4,7 @@
 //! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
 //! [`invoke`] runs one row by key through its [`runner`] into an [`outcome`].
 
+pub mod affordance;
 pub mod args;
 pub mod ask;
 pub mod auth;
@@ -23,6 +24,8 @@ pub mod history;
 pub mod invoke;
 pub mod ledger;
 pub mod mcp;
+pub mod mint;
+pub mod openapi;
 pub mod outcome;
 pub mod projection;
 pub mod row;
@@ -36,3 +39,4 @@ pub mod site;
 pub mod snapshot;
 pub mod target;
 pub mod template;
+pub mod token;

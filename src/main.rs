@@ -49,6 +49,11 @@ enum Command {
         /// The dispatcher's public URL, used in contracts and llms.txt.
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         base_url: String,
+        /// The repository's web address, for links to commits in row histories
+        /// (`https://github.com/OWNER/NAME`). Default: the catalogue repository's `origin`
+        /// remote when it is a hosted one; `--repo-url ''` turns the links off.
+        #[arg(long, value_name = "URL")]
+        repo_url: Option<String>,
     },
     /// Ask the catalogue in plain words: the best row and ranked candidates.
     Ask {
@@ -142,7 +147,7 @@ enum Command {
         /// The public URL, for the links in answers.
         #[arg(long)]
         base_url: Option<String>,
-        /// Where breaker state lives; default `$CAPDIR_DATA`, else `data`.
+        /// Where breaker state and the token key live; default `$CAPDIR_DATA`, else `data`.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
         /// What `/mcp` lists: `full` (one tool per row) or `meta` (ask, contract, invoke).
@@ -151,6 +156,12 @@ enum Command {
         /// Tools per `/mcp` tools/list page.
         #[arg(long, value_name = "N", default_value_t = capdir::mcp::DEFAULT_PAGE_SIZE)]
         mcp_page_size: usize,
+        /// Let callers without a credential invoke rows that are not sensitive and use no
+        /// credential (for local use).
+        #[arg(long)]
+        open: bool,
+        #[command(flatten)]
+        limits: Limits,
     },
     /// Serve the catalogue as an MCP server on standard input and output, as the local owner.
     Mcp {
@@ -179,6 +190,21 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
     },
+    /// Mint, revoke and list capability tokens.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+        /// The receipt ledger, where tokens and revocations are kept: `sqlite:PATH` or
+        /// `postgres://user:password@host:port/db`.
+        #[arg(
+            long,
+            env = "CAPDIR_LEDGER",
+            hide_env_values = true,
+            default_value = "sqlite:data/ledger.sqlite",
+            global = true
+        )]
+        ledger: String,
+    },
     /// Check or read the receipt ledger.
     Ledger {
         #[command(subcommand)]
@@ -206,6 +232,77 @@ enum Command {
     },
 }
 
+/// The dispatcher's limits.
+#[derive(clap::Args)]
+struct Limits {
+    /// The largest request body, in bytes (413 above it).
+    #[arg(long, default_value_t = capdir::server::DEFAULT_BODY_LIMIT)]
+    body_limit: usize,
+    /// Invocations running at once before new ones get 503 with Retry-After.
+    #[arg(long, default_value_t = 1024)]
+    max_inflight: usize,
+    /// How long an http row's upstream may take (e.g. 30s); agent rows get four times this.
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds)]
+    upstream_timeout: Option<u64>,
+    /// The most bytes read from an upstream response (http rows cut there; agent rows fail).
+    #[arg(long, value_name = "BYTES")]
+    response_cap: Option<usize>,
+}
+
+#[derive(Subcommand)]
+enum TokenAction {
+    /// Mint a token; the token alone is the last line printed.
+    Mint {
+        /// Keys the token may invoke, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        keys: Vec<String>,
+        /// Categories whose rows the token may invoke, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        categories: Vec<String>,
+        /// How long the token lives: 30m, 1h, 7d.
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        /// The dispatcher's base URL; other dispatchers refuse the token.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        audience: String,
+        /// The risk ceiling: `high` may run sensitive rows.
+        #[arg(long, default_value = "low", value_parser = ["low", "high"])]
+        risk: String,
+        /// Pin the row's current contract fingerprint (needs exactly one key): a changed row
+        /// answers 409 contract_changed.
+        #[arg(long)]
+        pin: bool,
+        /// The only body the token may send.
+        #[arg(long, value_name = "S")]
+        fixed_body: Option<String>,
+        /// The largest input the token may send, in bytes.
+        #[arg(long, value_name = "BYTES")]
+        max_payload: Option<u64>,
+        /// The built site the keys are checked against (and `--pin` reads).
+        #[arg(long, default_value = "site")]
+        site: PathBuf,
+        /// Where the token key lives (unless CAPDIR_TOKEN_KEY is set); default `$CAPDIR_DATA`, else `data`.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
+    /// Revoke a token by id (`tok_…`); every dispatcher on this ledger refuses it from now on.
+    Revoke { id: String },
+    /// Every token minted or revoked on this ledger.
+    List,
+}
+
+fn parse_seconds(s: &str) -> Result<u64, String> {
+    let secs = s
+        .strip_suffix("ms")
+        .map(|ms| ms.parse::<u64>().map(|n| n.div_ceil(1000)))
+        .unwrap_or_else(|| s.trim_end_matches('s').parse::<u64>())
+        .map_err(|_| format!("`{s}` is not a duration; write 30s"))?;
+    if secs == 0 {
+        return Err("the timeout must be at least 1s".into());
+    }
+    Ok(secs)
+}
+
 #[derive(Subcommand)]
 enum BreakerAction {
     /// Every credential with a breaker record, and whether it is open.
@@ -230,7 +327,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { dir, format, base } => check(dir, format, base),
-        Command::Build { dir, out, base_url } => build(dir, out, base_url),
+        Command::Build {
+            dir,
+            out,
+            base_url,
+            repo_url,
+        } => build(dir, out, base_url, repo_url),
         Command::Ask {
             query,
             batch,
@@ -291,6 +393,8 @@ fn main() -> ExitCode {
             data,
             projection,
             mcp_page_size,
+            open,
+            limits,
         } => serve(
             site,
             addr,
@@ -301,6 +405,8 @@ fn main() -> ExitCode {
                 projection,
                 page_size: mcp_page_size,
             },
+            open,
+            limits,
         ),
         Command::Mcp {
             site,
@@ -319,6 +425,7 @@ fn main() -> ExitCode {
                 page_size,
             },
         ),
+        Command::Token { action, ledger } => token_cmd(action, ledger),
         Command::Ledger { action, ledger } => ledger_cmd(action, ledger),
         Command::Breaker {
             action,
@@ -388,6 +495,7 @@ async fn settings(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve(
     site: PathBuf,
     addr: std::net::SocketAddr,
@@ -395,18 +503,55 @@ fn serve(
     base_url: Option<String>,
     data: Option<PathBuf>,
     mcp: capdir::mcp::Options,
+    open: bool,
+    limits: Limits,
 ) -> anyhow::Result<ExitCode> {
     init_logs();
     let base_url = base_url.unwrap_or_else(|| format!("http://{addr}"));
     ensure_site(&site, &base_url)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        let mut settings = settings(&site, &ledger, base_url, data.clone(), mcp).await?;
+        let (token_key, key_source) =
+            capdir::token::TokenKey::load(&capdir::breaker::data_dir(data))?;
+        let config = &mut settings.config;
+        if let Some(secs) = limits.upstream_timeout {
+            config.http.timeout = std::time::Duration::from_secs(secs);
+            config.agent.timeout = std::time::Duration::from_secs(secs.saturating_mul(4));
+        }
+        if let Some(cap) = limits.response_cap {
+            config.http.max_body_bytes = cap;
+            config.agent.max_body_bytes = cap;
+        }
+        tracing::info!(
+            body_limit = limits.body_limit,
+            max_inflight = limits.max_inflight,
+            upstream_timeout_s = config.http.timeout.as_secs(),
+            response_cap = config.http.max_body_bytes,
+            token_key = %key_source,
+            "limits"
+        );
         let settings = capdir::server::Settings {
             owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
-            ..settings(&site, &ledger, base_url, data, mcp).await?
+            token_key: Some(token_key),
+            open,
+            body_limit: limits.body_limit,
+            max_inflight: limits.max_inflight,
+            ..settings
         };
         if settings.owner_key.as_deref().unwrap_or("").is_empty() {
-            tracing::warn!("CAPDIR_OWNER_KEY is not set: nobody can invoke or read receipts");
+            tracing::warn!(
+                "CAPDIR_OWNER_KEY is not set: only capability tokens can invoke, and nobody can read every receipt"
+            );
+        }
+        if open {
+            tracing::warn!(
+                "open mode (--open): callers without a credential may invoke rows that are not sensitive and use no credential"
+            );
+        } else {
+            tracing::info!(
+                "closed mode: invoking needs the owner key or a capability token (--open lets anonymous callers run rows that are not sensitive and use no credential)"
+            );
         }
         let state = capdir::server::AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
@@ -436,6 +581,71 @@ fn mcp(
         capdir::mcp::stdio::serve(state).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+fn token_cmd(action: TokenAction, ledger: String) -> anyhow::Result<ExitCode> {
+    let location = capdir::ledger::Location::parse(&ledger)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(token_on(action, location))
+}
+
+async fn token_on(
+    action: TokenAction,
+    location: capdir::ledger::Location,
+) -> anyhow::Result<ExitCode> {
+    let ledger = location.open().await?;
+    match action {
+        TokenAction::Mint {
+            keys,
+            categories,
+            ttl,
+            audience,
+            risk,
+            pin,
+            fixed_body,
+            max_payload,
+            site,
+            data,
+        } => {
+            let request = capdir::mint::Request {
+                keys,
+                categories,
+                ttl,
+                audience,
+                risk,
+                pin,
+                fixed_body,
+                max_payload,
+            };
+            let (key, _) = capdir::token::TokenKey::load(&capdir::breaker::data_dir(data))?;
+            let minted = capdir::mint::mint(&request, &site, &key, ledger.as_ref()).await?;
+            print!("{}", minted.render());
+            Ok(ExitCode::SUCCESS)
+        }
+        TokenAction::Revoke { id } => {
+            if !id.starts_with("tok_") {
+                eprintln!(
+                    "error: `{id}` is not a token id; ids start with tok_ (see `capdir token list`)"
+                );
+                return Ok(ExitCode::from(2));
+            }
+            if ledger.revoke(&id).await? {
+                println!("revoked {id}: every dispatcher on this ledger refuses it from now on");
+            } else {
+                println!("{id} was already revoked");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        TokenAction::List => {
+            print!(
+                "{}",
+                capdir::mint::render_list(&ledger.tokens().await?, chrono::Utc::now().timestamp())
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 fn ledger_cmd(action: LedgerAction, ledger: String) -> anyhow::Result<ExitCode> {
@@ -495,9 +705,15 @@ fn check(dir: PathBuf, format: Option<Format>, base: Option<String>) -> anyhow::
     })
 }
 
-fn build(dir: PathBuf, out: PathBuf, base_url: String) -> anyhow::Result<ExitCode> {
+fn build(
+    dir: PathBuf,
+    out: PathBuf,
+    base_url: String,
+    repo_url: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let opts = capdir::build::Options {
         base_url,
+        repo_url,
         progress: true,
         ..capdir::build::Options::new(&dir, &out)
     };

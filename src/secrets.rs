@@ -30,6 +30,10 @@ static PATTERNS: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
             r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
         ),
         ("a private key block", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+        (
+            "a capdir capability token",
+            r"\bcdt1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{20,}",
+        ),
     ]
     .into_iter()
     .map(|(k, p)| (k, Regex::new(p).expect("static secret pattern")))
@@ -118,6 +122,10 @@ mod tests {
         assert_eq!(kinds("x sk-abcdefghijklmnopqrstuvwx1234 y").len(), 1);
         assert_eq!(kinds("ghp_abcdefghijklmnopqrstuvwxyz0123456789").len(), 1);
         assert_eq!(kinds("AKIAIOSFODNN7EXAMPLE").len(), 1);
+        assert_eq!(
+            kinds("share=cdt1.eyJpZCI6InRva18xIn0.q8Zx3Kp2Lm9Qw4Rt7Yu1Io3Pa6Sd5Fg0Hj2Kl8Zx4Cv&x=1"),
+            vec!["a capdir capability token"]
+        );
         assert_eq!(kinds("xoxb-1234567890-abcdefghij").len(), 1);
         assert_eq!(
             kinds("q=Zx8Kp2Lm9Qw4Rt7Yu1Io3Pa6Sd5Fg0Hj2Kl8Zx4Cv").len(),

@@ -9,7 +9,7 @@
 //! site directory by exchanging it.
 
 use crate::ask;
-use crate::auth::{self, authenticate};
+use crate::auth::{self, Caller, Keys, authenticate};
 use crate::contract::Urls;
 use crate::dispatch;
 use crate::invoke::{Invoker, InvokerConfig};
@@ -18,6 +18,7 @@ use crate::mcp;
 use crate::rowset::RowSet;
 use crate::search::Searcher;
 use crate::snapshot::{self, BuildInfo};
+use crate::token::TokenKey;
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Body;
@@ -52,6 +53,8 @@ pub struct ErrorBody {
     pub how_to_fix: String,
     /// Extra top-level fields (`did_you_mean`, `receipt`).
     pub extra: serde_json::Map<String, Json>,
+    /// Seconds for a `Retry-After` header (503 answers).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -67,7 +70,14 @@ impl ApiError {
             message: message.into(),
             how_to_fix: how_to_fix.into(),
             extra: serde_json::Map::new(),
+            retry_after: None,
         }))
+    }
+
+    /// Tell the client when to try again (`Retry-After`, seconds).
+    pub fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.0.retry_after = Some(seconds);
+        self
     }
 
     pub(crate) fn with(mut self, field: &str, value: Json) -> ApiError {
@@ -107,12 +117,20 @@ impl ApiError {
             format!("{what}; see the dispatcher's log"),
             "retry shortly; if it persists, tell the dispatcher's operator",
         )
+        .retry_after(5)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), axum::Json(self.to_json())).into_response()
+        let retry_after = self.0.retry_after;
+        let mut response = (self.status(), axum::Json(self.to_json())).into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -185,9 +203,11 @@ pub(crate) struct Shared {
     pub(crate) live: ArcSwap<Live>,
     pub(crate) config: InvokerConfig,
     pub(crate) ledger: Arc<dyn Ledger>,
-    pub(crate) owner_key: Option<String>,
+    pub(crate) keys: Keys,
+    pub(crate) open: bool,
     pub(crate) urls: Urls,
     pub(crate) body_limit: usize,
+    pub(crate) max_inflight: usize,
     pub(crate) inflight: Semaphore,
     pub(crate) metrics: Metrics,
     /// Bumped after every reload, so MCP streams can tell their clients the tools changed.
@@ -199,8 +219,14 @@ pub(crate) struct Shared {
 pub struct Settings {
     pub site: PathBuf,
     pub ledger: Arc<dyn Ledger>,
-    /// `CAPDIR_OWNER_KEY`; without it nobody may invoke.
+    /// `CAPDIR_OWNER_KEY`; without it nobody is the owner.
     pub owner_key: Option<String>,
+    /// The key capability tokens are signed with; without it every token is refused.
+    pub token_key: Option<TokenKey>,
+    /// `capdir serve --open`: anonymous callers may invoke rows that are not sensitive and
+    /// use no credential (for local use).
+    pub open: bool,
+    /// The dispatcher's public URL: links in answers, and the audience tokens must name.
     pub base_url: String,
     pub config: InvokerConfig,
     pub body_limit: usize,
@@ -216,6 +242,8 @@ impl Settings {
             site: site.into(),
             ledger,
             owner_key: None,
+            token_key: None,
+            open: false,
             base_url: "http://127.0.0.1:8080".into(),
             config: InvokerConfig::default(),
             body_limit: DEFAULT_BODY_LIMIT,
@@ -234,9 +262,14 @@ impl AppState {
                 live: ArcSwap::from_pointee(live),
                 config: settings.config,
                 ledger: settings.ledger,
-                owner_key: settings.owner_key.filter(|k| !k.is_empty()),
+                keys: Keys {
+                    owner: settings.owner_key.filter(|k| !k.is_empty()),
+                    token: settings.token_key,
+                },
+                open: settings.open,
                 urls: Urls::new(&settings.base_url),
                 body_limit: settings.body_limit,
+                max_inflight: settings.max_inflight,
                 inflight: Semaphore::new(settings.max_inflight),
                 metrics: Metrics::default(),
                 reloads: watch::Sender::new(0),
@@ -247,7 +280,22 @@ impl AppState {
 
     /// The owner key, when one is set.
     pub fn owner_key(&self) -> Option<&str> {
-        self.inner.owner_key.as_deref()
+        self.inner.keys.owner.as_deref()
+    }
+
+    /// What credentials are checked against (for `auth::authenticate`).
+    pub fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// Whether anonymous callers may invoke rows that are not sensitive and use no credential.
+    pub fn is_open(&self) -> bool {
+        self.inner.open
+    }
+
+    /// The ledger receipts and token revocations live in.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.inner.ledger
     }
 
     /// The catalogue requests see now.
@@ -306,7 +354,7 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/api/dispatch", get(dispatch_get).post(dispatch_post))
-        .route("/receipt/{id}", get(receipt))
+        .route("/receipt/{id}", get(receipt).post(receipt_form))
         .route("/metrics", get(metrics))
         .route(
             "/mcp",
@@ -314,6 +362,7 @@ pub fn app(state: AppState) -> Router {
                 .post(mcp::http::post)
                 .delete(mcp::http::end_session),
         )
+        .route("/openapi.json", get(openapi))
         .fallback(get(static_file))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -340,10 +389,64 @@ struct DispatchQuery {
     map: Option<String>,
     registry: Option<String>,
     limit: Option<usize>,
+    /// Run-now: the key to invoke.
+    invoke: Option<String>,
+    /// Run-now: the `a|b` body.
+    body: Option<String>,
+    /// A capability token carried in the URL (run-now links, contracts).
+    share: Option<String>,
+}
+
+const QUERY_HELP: &str = "use ?ask=…, ?key=K&format=markdown|json, ?invoke=K&body=…&share=TOKEN, ?confirm=inv_…, ?map=1 or ?registry=1";
+
+/// The caller of a GET: a `share` token in the URL when there is one (a run-now link is
+/// the whole credential; headers are then not read), else the request's headers.
+fn get_caller(
+    state: &AppState,
+    headers: &HeaderMap,
+    share: Option<&str>,
+) -> Result<Caller, ApiError> {
+    match share {
+        Some(token) => auth::authenticate_share(state.keys(), token),
+        None => authenticate(state.keys(), headers),
+    }
+}
+
+/// The formats a contract comes in.
+const FORMATS: [&str; 3] = ["markdown", "md", "json"];
+
+/// The most candidates an ask returns.
+pub const MAX_ASK_LIMIT: usize = 100;
+
+/// Every parameter is checked whichever form is asked, so a malformed one is never ignored.
+fn check_query(q: &DispatchQuery) -> Result<(), ApiError> {
+    if let Some(f) = q.format.as_deref()
+        && !FORMATS.contains(&f)
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_format",
+            format!("format `{f}` is not offered"),
+            "use format=markdown or format=json",
+        ));
+    }
+    if q.limit.is_some_and(|l| l > MAX_ASK_LIMIT) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("limit is at most {MAX_ASK_LIMIT}"),
+            "ask for fewer candidates",
+        ));
+    }
+    if let Some(id) = q.confirm.as_deref() {
+        checked_receipt_id(id)?;
+    }
+    Ok(())
 }
 
 async fn dispatch_get(
     State(state): State<AppState>,
+    headers: HeaderMap,
     query: Result<Query<DispatchQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| {
@@ -351,10 +454,23 @@ async fn dispatch_get(
             StatusCode::BAD_REQUEST,
             "bad_query",
             e.body_text(),
-            "use ?ask=…, ?key=K&format=markdown|json, ?confirm=inv_…, ?map=1 or ?registry=1",
+            QUERY_HELP,
         )
     })?;
+    check_query(&q)?;
     let live = state.live();
+    if let Some(key) = q.invoke {
+        // Run-now: a model whose only tool is fetching a URL can still run a row.
+        let caller = get_caller(&state, &headers, q.share.as_deref())?;
+        let request = dispatch::InvokeRequest {
+            key,
+            body: q.body,
+            args: None,
+            repairs: None,
+        };
+        let done = dispatch::dispatch(&state, &caller, request).await?;
+        return Ok(invoked_response(&done));
+    }
     if let Some(text) = q.ask {
         let answer = ask::answer(
             &live.searcher,
@@ -366,9 +482,11 @@ async fn dispatch_get(
         return Ok(axum::Json(answer).into_response());
     }
     if let Some(key) = q.key {
+        let caller = get_caller(&state, &headers, q.share.as_deref())?;
         return contract(
             &state,
             &live,
+            &caller,
             &key,
             q.format.as_deref().unwrap_or("markdown"),
         )
@@ -387,12 +505,23 @@ async fn dispatch_get(
     if q.registry.is_some() {
         return site_file(&state.inner.site.join("registry.json"), "application/json").await;
     }
-    Err(ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "bad_query",
-        "nothing asked",
-        "use ?ask=…, ?key=K&format=markdown|json, ?confirm=inv_…, ?map=1 or ?registry=1",
-    ))
+    // Nothing asked: what can be asked here.
+    let base = &state.inner.urls.base;
+    Ok(axum::Json(json!({
+        "dispatcher": "capdir",
+        "commit": live.info.commit,
+        "forms": {
+            "ask": format!("{base}/api/dispatch?ask=what+you+need"),
+            "contract": format!("{base}/api/dispatch?key=KEY&format=markdown"),
+            "run_now": format!("{base}/api/dispatch?invoke=KEY&body=a|b&share=TOKEN"),
+            "invoke": format!("POST {base}/api/dispatch {{\"key\": \"KEY\", \"body\": \"a|b\"}}"),
+            "confirm": format!("{base}/api/dispatch?confirm=inv_…"),
+            "map": format!("{base}/api/dispatch?map=1"),
+            "registry": format!("{base}/api/dispatch?registry=1"),
+        },
+        "openapi": format!("{base}/openapi.json"),
+    }))
+    .into_response())
 }
 
 async fn site_file(path: &Path, content_type: &'static str) -> Result<Response, ApiError> {
@@ -408,6 +537,7 @@ async fn site_file(path: &Path, content_type: &'static str) -> Result<Response, 
 async fn contract(
     state: &AppState,
     live: &Live,
+    caller: &Caller,
     key: &str,
     format: &str,
 ) -> Result<Response, ApiError> {
@@ -424,17 +554,37 @@ async fn contract(
         }
     };
     // Only keys the catalogue knows reach the file system: no path is built from raw input.
-    let known = live.invoker.rows().get(key).is_some();
-    if !known && !live.tombstones.contains_key(key) {
+    let known = live.invoker.rows().get(key);
+    if known.is_none() && !live.tombstones.contains_key(key) {
         return Err(unknown_key(live.invoker.rows(), key));
     }
     let path = state.inner.site.join("k").join(format!("{key}.{ext}"));
     let mut response = site_file(&path, content_type).await?;
-    if !known {
+    let Some(callable) = known else {
         // A removed key answers with its tombstone: when, by which commit, what replaced it.
         *response.status_mut() = StatusCode::GONE;
+        return Ok(response);
+    };
+    if *caller == Caller::Anonymous {
+        // The static contract as built: it says which kinds of credential the row accepts.
+        return Ok(response);
     }
-    Ok(response)
+    // Fetched with a credential: what this credential may do with this row, computed now.
+    let affordances = crate::affordance::of(state, caller, &callable.row).await?;
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| ApiError::internal("a site file is missing", e.into()))?;
+    if ext == "json" {
+        let mut doc: Json = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::internal("a contract is not JSON", e.into()))?;
+        if let Some(obj) = doc.as_object_mut() {
+            obj.insert("affordances".into(), json!(affordances));
+        }
+        return Ok(axum::Json(doc).into_response());
+    }
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    text.push_str(&affordances.markdown());
+    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
 }
 
 pub(crate) fn unknown_key(rows: &RowSet, key: &str) -> ApiError {
@@ -507,40 +657,135 @@ async fn receipt(
     UrlPath(id): UrlPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    auth::require_owner(&authenticate(state.owner_key(), &headers)?)?;
-    let r = find_receipt(&state, &id).await?;
     let wants_html = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/html"));
     if wants_html {
-        let pretty = serde_json::to_string_pretty(&r).unwrap_or_default();
-        let html = format!(
-            "<!doctype html><meta charset=utf-8><title>{id}</title><h1>Receipt {id}</h1><pre>{}</pre>",
-            html_escape(&pretty),
-            id = html_escape(&r.draft.id)
-        );
-        return Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response());
+        return Ok(receipt_page(&state, &id, &headers).await);
     }
+    let caller = authenticate(state.keys(), &headers)?;
+    auth::require_credential(&caller)?;
+    let r = find_receipt(&state, &id).await?;
+    may_read_receipt(&caller, &r)?;
     Ok(axum::Json(r).into_response())
 }
 
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+/// Who may read a full receipt: the owner, or the token whose invocation it records.
+fn may_read_receipt(caller: &Caller, r: &Receipt) -> Result<(), ApiError> {
+    auth::require_credential(caller)?;
+    if matches!(caller, Caller::Token(_) if r.draft.actor == caller.actor()) {
+        return Ok(());
+    }
+    auth::require_owner(caller)
 }
+
+/// What the receipt page's form sends: the owner key or a token typed into the page.
+#[derive(Deserialize)]
+struct CredentialForm {
+    #[serde(default)]
+    credential: String,
+}
+
+/// `POST /receipt/{id}` from the page's form: the credential arrives as a form field (a
+/// browser cannot put a typed key into a header of a plain navigation) and is checked exactly
+/// as the header would be.
+async fn receipt_form(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    form: Result<axum::Form<CredentialForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let mut headers = HeaderMap::new();
+    if let Ok(axum::Form(f)) = form
+        && !f.credential.trim().is_empty()
+        && let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", f.credential.trim()))
+    {
+        headers.insert(header::AUTHORIZATION, v);
+    }
+    receipt_page(&state, &id, &headers).await
+}
+
+/// The receipt as a page in the site's layout: the full receipt for a caller who may read
+/// it, else the keyless confirmation (status and hashes, as `?confirm=` gives anyone) with a
+/// form for the key; refusals and unknown ids show the same code and fix as the JSON answer.
+async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Response {
+    let keyless = |r: &Receipt| {
+        json!({
+            "key": r.draft.key,
+            "status": r.draft.status,
+            "input_sha256": r.draft.input_sha256,
+            "output_sha256": r.draft.output_sha256,
+            "contract_sha256": r.draft.contract_sha256,
+            "hash": r.hash,
+        })
+    };
+    let found = find_receipt(state, id).await;
+    let caller = authenticate(state.keys(), headers);
+    let (receipt, full, refusal) = match found {
+        Err(e) => (None, false, Some(e)),
+        Ok(r) => match caller.and_then(|c| match c {
+            Caller::Anonymous => Ok(false),
+            c => may_read_receipt(&c, &r).map(|()| true),
+        }) {
+            Ok(true) => (
+                Some(serde_json::to_value(&r).unwrap_or_default()),
+                true,
+                None,
+            ),
+            Ok(false) => (Some(keyless(&r)), false, None),
+            Err(e) => (Some(keyless(&r)), false, Some(e)),
+        },
+    };
+    let page = crate::site::ReceiptPage {
+        id,
+        receipt,
+        full,
+        error: refusal.as_ref().map(|e| crate::site::PageError {
+            code: e.0.code,
+            message: &e.0.message,
+            how_to_fix: &e.0.how_to_fix,
+        }),
+    };
+    let status = refusal.as_ref().map_or(StatusCode::OK, |e| e.0.status);
+    html_page(state, status, &page)
+}
+
+fn html_page(state: &AppState, status: StatusCode, page: &crate::site::ReceiptPage) -> Response {
+    match crate::site::receipt_page(&state.live().info, page) {
+        Ok(html) => (
+            status,
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                // A full receipt carries the call's input and output: keep it out of caches.
+                (header::CACHE_CONTROL, "no-store"),
+                (header::CONTENT_SECURITY_POLICY, PAGE_POLICY),
+            ],
+            html,
+        )
+            .into_response(),
+        Err(e) => ApiError::internal("rendering the receipt page failed", e).into_response(),
+    }
+}
+
+/// Pages load nothing from elsewhere and run only the site's own scripts.
+const PAGE_POLICY: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 async fn dispatch_post(
     State(state): State<AppState>,
     headers: HeaderMap,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(state.owner_key(), &headers)?;
-    auth::require_owner(&caller)?;
+    let caller = authenticate(state.keys(), &headers)?;
+    if !state.is_open() {
+        auth::require_credential(&caller)?;
+    }
     let request = dispatch::read_request(&state, req).await?;
     let done = dispatch::dispatch(&state, &caller, request).await?;
+    Ok(invoked_response(&done))
+}
+
+/// The answer to a successful invocation, with its receipt id in a header as well.
+fn invoked_response(done: &dispatch::Invoked) -> Response {
     let receipt = &done.receipt;
     let mut response = axum::Json(json!({
         "receipt": receipt.draft.id,
@@ -555,7 +800,12 @@ async fn dispatch_post(
     if let Ok(v) = HeaderValue::from_str(&receipt.draft.id) {
         response.headers_mut().insert("x-capdir-receipt", v);
     }
-    Ok(response)
+    response
+}
+
+/// The OpenAPI document of these routes, naming this dispatcher as its server.
+async fn openapi(State(state): State<AppState>) -> Response {
+    axum::Json(crate::openapi::document(&state.inner.urls.base)).into_response()
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -636,5 +886,12 @@ async fn static_file(State(state): State<AppState>, uri: axum::http::Uri) -> Res
         Some("svg") => "image/svg+xml",
         _ => "application/octet-stream",
     };
-    ([(header::CONTENT_TYPE, content_type)], Body::from(bytes)).into_response()
+    let mut response = ([(header::CONTENT_TYPE, content_type)], Body::from(bytes)).into_response();
+    if content_type.starts_with("text/html") {
+        response.headers_mut().insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_POLICY),
+        );
+    }
+    response
 }

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::OnceLock;
 use tera::Tera;
 
 /// The templates, compiled into the binary.
@@ -22,18 +23,68 @@ pub fn tera() -> Result<Tera> {
         ("contract.md", include_str!("../templates/contract.md")),
         ("tombstone.md", include_str!("../templates/tombstone.md")),
         ("layout.html", include_str!("../templates/layout.html")),
+        ("history.html", include_str!("../templates/history.html")),
         ("row.html", include_str!("../templates/row.html")),
+        (
+            "tombstone.html",
+            include_str!("../templates/tombstone.html"),
+        ),
         ("index.html", include_str!("../templates/index.html")),
         ("category.html", include_str!("../templates/category.html")),
         ("search.html", include_str!("../templates/search.html")),
+        ("receipt.html", include_str!("../templates/receipt.html")),
     ])
     .context("compiling templates")?;
     t.autoescape_on(vec![".html"]);
+    t.set_escape_fn(escape_html);
+    t.register_filter("short", short);
     Ok(t)
+}
+
+/// `short`: the first ten characters, the day of an RFC 3339 time or an abbreviated commit.
+/// Tera's `truncate` segments graphemes, costly on every page of a large catalogue.
+fn short(
+    value: &tera::Value,
+    _: &std::collections::HashMap<String, tera::Value>,
+) -> tera::Result<tera::Value> {
+    let s = value.as_str().unwrap_or_default();
+    let end = s.char_indices().nth(10).map_or(s.len(), |(i, _)| i);
+    Ok(tera::Value::String(s[..end].to_string()))
+}
+
+/// HTML escaping for text and attribute values. Tera's default also escapes `/`, which
+/// only makes every URL six bytes per slash heavier.
+pub fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 16);
+    let mut plain = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let entity = match b {
+            b'&' => "&amp;",
+            b'<' => "&lt;",
+            b'>' => "&gt;",
+            b'"' => "&quot;",
+            b'\'' => "&#39;",
+            _ => continue,
+        };
+        out.push_str(&s[plain..i]);
+        out.push_str(entity);
+        plain = i + 1;
+    }
+    out.push_str(&s[plain..]);
+    out
+}
+
+/// The templates compiled once per process, for pages the dispatcher renders per request.
+fn shared_tera() -> Result<&'static Tera> {
+    static TERA: OnceLock<Result<Tera, String>> = OnceLock::new();
+    TERA.get_or_init(|| tera().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 const STYLE: &str = include_str!("../templates/static/style.css");
 const SEARCH_JS: &str = include_str!("../templates/static/search.js");
+const ROW_JS: &str = include_str!("../templates/static/row.js");
 
 /// Markdown to HTML. Raw HTML in the source is shown as text, never passed through: row
 /// text comes from contributors and must not inject markup into the site.
@@ -47,12 +98,25 @@ pub fn markdown_to_html(md: &str) -> String {
     out
 }
 
+/// One line of markdown (backticks, emphasis) as inline HTML, without the paragraph.
+fn inline_markdown(md: &str) -> String {
+    let html = markdown_to_html(md);
+    let trimmed = html.trim_end();
+    trimmed
+        .strip_prefix("<p>")
+        .and_then(|s| s.strip_suffix("</p>"))
+        .unwrap_or(trimmed)
+        .to_string()
+}
+
 /// What every page's layout needs.
 #[derive(Serialize)]
 pub struct Common<'a> {
     pub site: SiteMeta,
     pub counts: &'a Counts,
     pub build: &'a BuildInfo,
+    /// The repository's web address, for commit links.
+    pub repo_url: Option<String>,
 }
 
 #[derive(Serialize, Clone)]
@@ -83,6 +147,21 @@ fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
+/// A string as one POSIX shell word in single quotes.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The example call a reader copies: curl against the dispatcher, the key from the
+/// environment (never written into the page).
+pub fn example_call(c: &Contract) -> String {
+    format!(
+        "curl -sS {} \\\n  -H \"Authorization: Bearer $CAPDIR_OWNER_KEY\" \\\n  -H 'content-type: application/json' \\\n  -d {}",
+        shell_quote(&c.invoke_url),
+        shell_quote(&c.example_request)
+    )
+}
+
 /// The three contract files of one row.
 pub fn render_contract(
     tera: &Tera,
@@ -94,9 +173,22 @@ pub fn render_contract(
     let md = tera.render("contract.md", &md_ctx)?;
     let json = serde_json::to_string_pretty(c)? + "\n";
     let mut ctx = context(common, "../")?;
-    ctx.insert("key", &c.key);
-    ctx.insert("category", &c.category);
-    ctx.insert("body", &markdown_to_html(&md));
+    ctx.insert("c", c);
+    ctx.insert("history", &c.history);
+    ctx.insert("call", &example_call(c));
+    let schema = match &c.input_schema {
+        Some(s) => serde_json::to_string_pretty(s)?,
+        None => String::new(),
+    };
+    ctx.insert("schema", &schema);
+    let troubleshooting: Vec<String> = c
+        .troubleshooting
+        .iter()
+        .map(|t| inline_markdown(t))
+        .collect();
+    ctx.insert("troubleshooting", &troubleshooting);
+    let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| inline_markdown(m)).collect();
+    ctx.insert("may_invoke", &may_invoke.join("; "));
     let page = tera.render("row.html", &ctx)?;
     Ok((md, json, page))
 }
@@ -147,9 +239,14 @@ pub fn write_tombstone(out: &Path, tera: &Tera, common: &Common, t: &Tombstone) 
     md_ctx.insert("t", t);
     let md = tera.render("tombstone.md", &md_ctx)?;
     let mut ctx = context(common, "../")?;
-    ctx.insert("key", &t.key);
-    ctx.insert("category", "");
-    ctx.insert("body", &markdown_to_html(&md));
+    ctx.insert("t", t);
+    ctx.insert("history", &t.history);
+    let removed_url = t
+        .history
+        .iter()
+        .find(|h| h.sha == t.removed_by)
+        .and_then(|h| h.url.clone());
+    ctx.insert("removed_url", &removed_url);
     let dir = out.join("k");
     std::fs::create_dir_all(&dir)?;
     let mut json = serde_json::to_value(t)?;
@@ -161,7 +258,7 @@ pub fn write_tombstone(out: &Path, tera: &Tera, common: &Common, t: &Tombstone) 
     )?;
     write(
         &dir.join(format!("{}.html", t.key)),
-        tera.render("row.html", &ctx)?,
+        tera.render("tombstone.html", &ctx)?,
     )
 }
 
@@ -172,7 +269,10 @@ struct RowSummary<'a> {
     #[serde(rename = "type")]
     kind: &'a str,
     risk: &'a str,
+    created_at: &'a str,
     updated_at: &'a str,
+    /// The subject of the last commit that changed the row.
+    subject: &'a str,
 }
 
 #[derive(Serialize)]
@@ -187,9 +287,14 @@ fn summary(c: &Contract) -> RowSummary<'_> {
         what: &c.what,
         kind: c.kind,
         risk: c.risk,
+        created_at: c.created_at.as_deref().unwrap_or(""),
         updated_at: c.updated_at.as_deref().unwrap_or(""),
+        subject: c.history.first().map_or("", |h| h.subject.as_str()),
     }
 }
+
+/// How many rows the index's "recently" lists show.
+const RECENT: usize = 8;
 
 /// Index, category pages, the no-JavaScript search page, assets and the browser's index.
 pub fn write_pages(
@@ -198,6 +303,7 @@ pub fn write_pages(
     common: &Common,
     rows: &[Row],
     contracts: &[Contract],
+    tombstones: &[Tombstone],
 ) -> Result<()> {
     let mut by_cat: BTreeMap<String, Vec<RowSummary>> = BTreeMap::new();
     for c in contracts {
@@ -208,28 +314,49 @@ pub fn write_pages(
         };
         by_cat.entry(name).or_default().push(summary(c));
     }
-    let mut recent: Vec<RowSummary> = contracts.iter().map(summary).collect();
-    recent.sort_by(|a, b| b.updated_at.cmp(a.updated_at).then(a.key.cmp(b.key)));
-    recent.truncate(12);
+    for rows in by_cat.values_mut() {
+        rows.sort_by(|a, b| a.key.cmp(b.key));
+    }
+    // Newest first; the key breaks ties so the same commit builds the same page.
+    let mut added: Vec<RowSummary> = contracts
+        .iter()
+        .filter(|c| c.created_at.is_some())
+        .map(summary)
+        .collect();
+    added.sort_by(|a, b| b.created_at.cmp(a.created_at).then(a.key.cmp(b.key)));
+    added.truncate(RECENT);
+    let mut changed: Vec<RowSummary> = contracts
+        .iter()
+        .filter(|c| c.history.len() > 1)
+        .map(summary)
+        .collect();
+    changed.sort_by(|a, b| b.updated_at.cmp(a.updated_at).then(a.key.cmp(b.key)));
+    changed.truncate(RECENT);
+    let mut removed: Vec<&Tombstone> = tombstones.iter().collect();
+    removed.sort_by(|a, b| b.removed_at.cmp(&a.removed_at).then(a.key.cmp(&b.key)));
+    removed.truncate(RECENT);
     let categories: Vec<Category> = by_cat
         .into_iter()
         .map(|(name, rows)| Category { name, rows })
         .collect();
+    let names: Vec<&str> = categories.iter().map(|c| c.name.as_str()).collect();
 
     let mut ctx = context(common, "")?;
     ctx.insert("categories", &categories);
-    ctx.insert("recent", &recent);
+    ctx.insert("added", &added);
+    ctx.insert("changed", &changed);
+    ctx.insert("removed", &removed);
     write(&out.join("index.html"), tera.render("index.html", &ctx)?)?;
 
-    let all: Vec<RowSummary> = contracts.iter().map(summary).collect();
     let mut ctx = context(common, "")?;
-    ctx.insert("rows", &all);
+    ctx.insert("categories", &categories);
     write(&out.join("search.html"), tera.render("search.html", &ctx)?)?;
 
     std::fs::create_dir_all(out.join("c"))?;
     for cat in &categories {
         let mut ctx = context(common, "../")?;
         ctx.insert("category", cat);
+        ctx.insert("all_categories", &names);
         write(
             &out.join("c").join(format!("{}.html", cat.name)),
             tera.render("category.html", &ctx)?,
@@ -238,6 +365,7 @@ pub fn write_pages(
     std::fs::create_dir_all(out.join("static"))?;
     write(&out.join("static/style.css"), STYLE)?;
     write(&out.join("static/search.js"), SEARCH_JS)?;
+    write(&out.join("static/row.js"), ROW_JS)?;
 
     // The browser's index: key, category, what, and the words of when-to-use and asks.
     let index: Vec<[String; 4]> = rows
@@ -261,6 +389,40 @@ pub fn write_pages(
         serde_json::to_string(&json!({"v": 1, "rows": index}))?,
     )?;
     Ok(())
+}
+
+/// What the dispatcher's receipt page shows.
+pub struct ReceiptPage<'a> {
+    pub id: &'a str,
+    /// The receipt's fields: all of them for `full`, else the keyless confirmation's.
+    pub receipt: Option<serde_json::Value>,
+    pub full: bool,
+    /// Why the full receipt is not shown, when a credential was refused or nothing was found.
+    pub error: Option<PageError<'a>>,
+}
+
+/// An error on a page, with the same code, message and fix as the JSON answer.
+#[derive(Serialize)]
+pub struct PageError<'a> {
+    pub code: &'a str,
+    pub message: &'a str,
+    pub how_to_fix: &'a str,
+}
+
+/// The receipt page the dispatcher serves at `/receipt/inv_…`, in the site's layout.
+pub fn receipt_page(info: &BuildInfo, page: &ReceiptPage) -> Result<String> {
+    let common = Common {
+        site: SiteMeta::default_for(&info.counts),
+        counts: &info.counts,
+        build: info,
+        repo_url: None,
+    };
+    let mut ctx = context(&common, "/")?;
+    ctx.insert("id", page.id);
+    ctx.insert("r", &page.receipt);
+    ctx.insert("full", &page.full);
+    ctx.insert("error", &page.error);
+    Ok(shared_tera()?.render("receipt.html", &ctx)?)
 }
 
 /// registry.json, counts.json, mcp/tools.json, llms.txt and sitemap.xml.
@@ -345,4 +507,23 @@ fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape_html, shell_quote};
+
+    #[test]
+    fn escaping_covers_markup_and_quotes_and_keeps_slashes() {
+        assert_eq!(
+            escape_html(r#"<a href="x">'&'</a> é/"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt; é/"
+        );
+        assert_eq!(escape_html("plain"), "plain");
+    }
+
+    #[test]
+    fn shell_quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
 }

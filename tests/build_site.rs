@@ -330,3 +330,53 @@ fn rebuild_walks_only_new_commits_and_agrees_with_a_cold_build() {
         std::fs::read_to_string(cold.join("k/GOOD_NOW.md")).unwrap()
     );
 }
+
+/// History links to commits: the `origin` remote's web address (its credentials dropped) by
+/// default, `--repo-url` when given, none when that is empty.
+#[test]
+fn history_links_commits_to_the_repository() {
+    let repo = repo();
+    repo.git(
+        &[
+            "remote",
+            "add",
+            "origin",
+            "https://ci:tok3n-secret@example.test/team/cat.git",
+        ],
+        None,
+    );
+    let out = repo.path().join("site");
+    build(&repo, &out);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("k/GOOD_ECHO.json")).unwrap())
+            .unwrap();
+    let sha = json["history"][0]["sha"].as_str().unwrap();
+    let url = format!("https://example.test/team/cat/commit/{sha}");
+    assert_eq!(json["history"][0]["url"], url.as_str());
+    let page = std::fs::read_to_string(out.join("k/GOOD_ECHO.html")).unwrap();
+    assert!(page.contains(&format!(r#"<a href="{url}">"#)), "{page}");
+    let tomb = std::fs::read_to_string(out.join("k/OLD_ROW.html")).unwrap();
+    assert!(tomb.contains("https://example.test/team/cat/commit/"));
+    for (name, bytes) in tree(&out) {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("tok3n-secret"),
+            "{name} carries the remote's credential"
+        );
+    }
+
+    let given = Options {
+        repo_url: Some("https://git.example.org/x/y/".into()),
+        ..Options::new(repo.catalogue(), &out)
+    };
+    build::run(&given).unwrap();
+    let page = std::fs::read_to_string(out.join("k/GOOD_ECHO.html")).unwrap();
+    assert!(page.contains(&format!("https://git.example.org/x/y/commit/{sha}")));
+
+    let off = Options {
+        repo_url: Some(String::new()),
+        ..Options::new(repo.catalogue(), &out)
+    };
+    build::run(&off).unwrap();
+    let page = std::fs::read_to_string(out.join("k/GOOD_ECHO.html")).unwrap();
+    assert!(!page.contains("/commit/"), "{page}");
+}

@@ -6,6 +6,7 @@ mod common;
 
 use capdir::breaker::Breaker;
 use capdir::ledger::{self, Draft, GENESIS, Ledger, Location, Verdict};
+use capdir::token::{Claims, Risk};
 use chrono::Utc;
 use std::path::PathBuf;
 use std::process::Command;
@@ -106,6 +107,8 @@ on_both_backends!(
     two_writers_keep_one_chain_with_group_commit,
     a_missing_ledger_is_an_error,
     breaker_counts_every_rejection_across_stores,
+    records_and_revokes_tokens,
+    a_revocation_reaches_every_dispatcher,
     cli_verifies_shows_and_resets,
 );
 
@@ -338,6 +341,66 @@ async fn breaker_counts_every_rejection_across_stores(b: Backend) {
     assert!(one.store().list().await.expect("list").is_empty());
 }
 
+fn claims(id: &str) -> Claims {
+    Claims {
+        id: id.into(),
+        iat: 1,
+        exp: 2,
+        aud: "http://x".into(),
+        keys: vec!["K".into()],
+        categories: vec![],
+        risk: Risk::Low,
+        pin: None,
+        body: Some("fixed \"body\"".into()),
+        max_payload: None,
+    }
+}
+
+async fn records_and_revokes_tokens(b: Backend) {
+    let ledger = b.open().await;
+    let c = claims("tok_a");
+    ledger.record_token(&c).await.expect("record");
+    ledger.record_token(&c).await.expect("record twice");
+    assert!(!ledger.is_revoked("tok_a").await.expect("ask"));
+    assert!(ledger.revoke("tok_a").await.expect("revoke"));
+    assert!(!ledger.revoke("tok_a").await.expect("revoke again"));
+    assert!(ledger.is_revoked("tok_a").await.expect("ask"));
+    assert!(
+        ledger
+            .revoke("tok_elsewhere")
+            .await
+            .expect("revoke unknown"),
+        "a token minted against another ledger can be revoked by id"
+    );
+    assert!(!ledger.is_revoked("tok_never").await.expect("ask"));
+    let all = ledger.tokens().await.expect("list");
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].claims.as_ref(), Some(&c));
+    assert!(all[0].revoked_at.is_some() && all[0].minted_at.is_some());
+    assert_eq!(all[1].id, "tok_elsewhere");
+    assert!(all[1].claims.is_none() && all[1].minted_at.is_none());
+    // Receipts append beside the token record.
+    ledger.append(draft("K")).await.expect("append");
+}
+
+/// A token revoked through one dispatcher is refused by another on the same ledger at once.
+async fn a_revocation_reaches_every_dispatcher(b: Backend) {
+    let loc = b.location();
+    let (one, two) = tokio::join!(loc.open(), loc.open());
+    let (one, two) = (one.expect("open"), two.expect("open"));
+    one.record_token(&claims("tok_shared"))
+        .await
+        .expect("record");
+    assert!(!two.is_revoked("tok_shared").await.expect("ask"));
+    assert!(two.revoke("tok_shared").await.expect("revoke"));
+    assert!(one.is_revoked("tok_shared").await.expect("ask"));
+    assert!(!one.revoke("tok_shared").await.expect("revoke again"));
+    assert_eq!(
+        one.tokens().await.expect("list"),
+        two.tokens().await.expect("list")
+    );
+}
+
 fn capdir(args: &[&str], b: &Backend) -> (String, String, i32) {
     let out = Command::new(BIN)
         .args(args)
@@ -385,6 +448,19 @@ async fn cli_verifies_shows_and_resets(b: Backend) {
     let (out, _, code) = capdir(&["breaker", "reset", "CLI_TOKEN"], &b);
     assert_eq!((out.as_str(), code), ("breaker for CLI_TOKEN closed\n", 0));
     assert!(breaker.admit("CLI_TOKEN").await.is_ok());
+
+    let (out, _, code) = capdir(&["token", "revoke", "tok_cli"], &b);
+    assert_eq!(
+        (out.as_str(), code),
+        (
+            "revoked tok_cli: every dispatcher on this ledger refuses it from now on\n",
+            0
+        )
+    );
+    assert!(ledger.is_revoked("tok_cli").await.expect("ask"));
+    let (out, _, code) = capdir(&["token", "list"], &b);
+    assert_eq!(code, 0);
+    assert!(out.contains("tok_cli"), "{out}");
 
     b.tamper("UPDATE receipts SET body = replace(body, '\"K1\"', '\"KX\"') WHERE seq = 2")
         .await;

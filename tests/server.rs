@@ -148,7 +148,24 @@ async fn ask_contract_map_registry_and_site() {
     let v: Json = serde_json::from_str(&text).expect("json");
     assert!(v["rows"].is_array());
 
+    // Nothing asked: a guide to what can be asked.
     let (st, text) = get(&s, "/api/dispatch").await;
+    assert_eq!(st, StatusCode::OK);
+    let v: Json = serde_json::from_str(&text).expect("json");
+    assert!(
+        v["forms"]["ask"]
+            .as_str()
+            .is_some_and(|a| a.contains("?ask=")),
+        "{v}"
+    );
+    // Every parameter is checked, whichever form is answered.
+    let (st, text) = get(&s, "/api/dispatch?map=1&format=pdf").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(error_code(&text), "bad_format");
+    let (st, text) = get(&s, "/api/dispatch?ask=x&confirm=nope").await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(error_code(&text), "bad_receipt_id");
+    let (st, text) = get(&s, "/api/dispatch?ask=x&limit=101").await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert_eq!(error_code(&text), "bad_query");
 

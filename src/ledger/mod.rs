@@ -12,6 +12,7 @@ pub mod postgres;
 pub mod sqlite;
 
 use crate::breaker::{Breaker, BreakerPolicy, BreakerStore};
+use crate::token::Claims;
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -119,7 +120,45 @@ fn row_to_receipt(seq: i64, body: &str, prev_hash: String, hash: String) -> Resu
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Where receipts live.
+/// A capability token the ledger knows of: minted here (its claims, never the token
+/// itself), revoked, or both. A token minted against another ledger can still be revoked
+/// here by id; it then has no claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenEntry {
+    pub id: String,
+    pub claims: Option<Claims>,
+    /// RFC 3339, when recorded by `capdir token mint`.
+    pub minted_at: Option<String>,
+    /// RFC 3339, when revoked.
+    pub revoked_at: Option<String>,
+}
+
+/// Now, as token records store it.
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A stored token row back into an entry.
+fn token_entry(
+    id: String,
+    claims: Option<String>,
+    minted_at: Option<String>,
+    revoked_at: Option<String>,
+) -> Result<TokenEntry> {
+    let claims = claims
+        .map(|c| serde_json::from_str(&c))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("token {id}: the stored claims cannot be read: {e}"))?;
+    Ok(TokenEntry {
+        id,
+        claims,
+        minted_at,
+        revoked_at,
+    })
+}
+
+/// Where receipts live, and the record of capability tokens (revocations must be seen by
+/// every dispatcher that shares the ledger, so they live beside the receipts).
 pub trait Ledger: Send + Sync {
     /// Make the receipt durable and return it with its place in the chain.
     fn append(&self, draft: Draft) -> BoxFuture<'_, Result<Receipt>>;
@@ -129,6 +168,17 @@ pub trait Ledger: Send + Sync {
     fn verify(&self) -> BoxFuture<'_, Result<Verdict>>;
     /// Commits so far and their total time in seconds (for `/metrics`).
     fn commit_stats(&self) -> (u64, f64);
+    /// Remember a minted token's claims under its id (for `capdir token list`). Recording
+    /// the same id again changes nothing.
+    fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>>;
+    /// Revoke a token by id, known here or not. True when this call revoked it; false when
+    /// it was revoked already. Revocation is permanent.
+    fn revoke<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// Has this token id been revoked? Asked on every invocation a token makes, so it must be
+    /// a cheap indexed lookup.
+    fn is_revoked<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// Every token recorded or revoked, in the order they were first seen.
+    fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenEntry>>>;
 }
 
 /// What `verify` found.

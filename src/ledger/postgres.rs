@@ -17,17 +17,19 @@
 //! The circuit breakers' state lives here too (`breakers`), so every dispatcher sees one count.
 
 use super::{
-    BoxFuture, Draft, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, Verdict, Walk, answer_all,
-    answered, link, row_to_receipt,
+    BoxFuture, Draft, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk,
+    answer_all, answered, link, now_rfc3339, row_to_receipt, token_entry,
 };
 use crate::breaker::{BreakerState, BreakerStore};
+use crate::token::Claims;
 use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, TimeZone, Utc};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, mpsc};
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, NoTls, Row, Statement};
 
 /// The advisory lock every batch transaction takes before it reads the last link.
 const APPEND_LOCK: i64 = 0x6361_7064_6972_0001;
@@ -35,10 +37,11 @@ const APPEND_LOCK: i64 = 0x6361_7064_6972_0001;
 const MIGRATE_LOCK: i64 = 0x6361_7064_6972_0002;
 
 /// Schema changes in order; each runs once, in one transaction with its record.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "receipts and breakers",
-    "CREATE TABLE receipts (
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "receipts and breakers",
+        "CREATE TABLE receipts (
        seq BIGINT PRIMARY KEY,
        id TEXT NOT NULL UNIQUE,
        body TEXT NOT NULL,
@@ -51,7 +54,19 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[(
        failures INTEGER NOT NULL,
        open_until BIGINT
      );",
-)];
+    ),
+    (
+        2,
+        "capability tokens: minted claims and revocations",
+        "CREATE TABLE tokens (
+           n BIGSERIAL PRIMARY KEY,
+           id TEXT NOT NULL UNIQUE,
+           claims TEXT,
+           minted_at TEXT,
+           revoked_at TEXT
+         );",
+    ),
+];
 
 /// A `postgres://` URL: the text as given (password included, so it stays out of logs) and
 /// what it means. `Display` shows it without the password.
@@ -322,22 +337,95 @@ impl Ledger for PgLedger {
     fn commit_stats(&self) -> (u64, f64) {
         self.stats.read()
     }
+
+    fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let json = serde_json::to_string(claims)?;
+            self.reader
+                .query(
+                    "INSERT INTO tokens (id, claims, minted_at) VALUES ($1, $2, $3)
+                     ON CONFLICT (id) DO UPDATE SET
+                       claims = coalesce(tokens.claims, excluded.claims),
+                       minted_at = coalesce(tokens.minted_at, excluded.minted_at)",
+                    &[&claims.id, &json, &now_rfc3339()],
+                )
+                .await
+                .with_context(|| format!("recording token {} in {}", claims.id, self.reader.url))?;
+            Ok(())
+        })
+    }
+
+    fn revoke<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            // RETURNING answers a row only when this statement inserted or changed one.
+            let rows = self
+                .reader
+                .query(
+                    "INSERT INTO tokens (id, revoked_at) VALUES ($1, $2)
+                     ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at
+                     WHERE tokens.revoked_at IS NULL
+                     RETURNING id",
+                    &[&id, &now_rfc3339()],
+                )
+                .await
+                .with_context(|| format!("revoking token {id} in {}", self.reader.url))?;
+            Ok(rows.len() == 1)
+        })
+    }
+
+    fn is_revoked<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let rows = self
+                .reader
+                .query(
+                    "SELECT 1 FROM tokens WHERE id = $1 AND revoked_at IS NOT NULL",
+                    &[&id],
+                )
+                .await
+                .with_context(|| format!("reading revocations from {}", self.reader.url))?;
+            Ok(!rows.is_empty())
+        })
+    }
+
+    fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenEntry>>> {
+        Box::pin(async move {
+            let rows = self
+                .reader
+                .query(
+                    "SELECT id, claims, minted_at, revoked_at FROM tokens ORDER BY n",
+                    &[],
+                )
+                .await
+                .with_context(|| format!("reading tokens from {}", self.reader.url))?;
+            rows.iter()
+                .map(|r| token_entry(r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect()
+        })
+    }
 }
 
 /// A shared connection for reads (receipts, breakers), opened on first use, migrated once,
 /// and opened again when it drops. Concurrent queries are pipelined on it.
 pub struct Reader {
     url: Url,
-    client: Mutex<Option<Arc<Client>>>,
+    conn: Mutex<Option<Arc<ReadConn>>>,
     migrated: AtomicBool,
 }
+
+/// A read connection and the statements prepared on it, by their SQL.
+struct ReadConn {
+    client: Client,
+    statements: std::sync::Mutex<HashMap<&'static str, Statement>>,
+}
+
+type Params<'a> = &'a [&'a (dyn tokio_postgres::types::ToSql + Sync)];
 
 impl Reader {
     /// A reader that connects on first use.
     pub fn new(url: Url) -> Reader {
         Reader {
             url,
-            client: Mutex::new(None),
+            conn: Mutex::new(None),
             migrated: AtomicBool::new(false),
         }
     }
@@ -345,13 +433,13 @@ impl Reader {
     /// A reader connected now (and the schema migrated), or the reason it cannot be.
     pub async fn connect(url: &Url) -> Result<Reader> {
         let reader = Reader::new(url.clone());
-        reader.client().await?;
+        reader.conn().await?;
         Ok(reader)
     }
 
-    async fn client(&self) -> Result<Arc<Client>> {
-        let mut slot = self.client.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+    async fn conn(&self) -> Result<Arc<ReadConn>> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed()) {
             return Ok(c.clone());
         }
         let mut client = connect(&self.url).await?;
@@ -359,40 +447,63 @@ impl Reader {
             migrate(&mut client, &self.url).await?;
             self.migrated.store(true, Ordering::Release);
         }
-        let client = Arc::new(client);
-        *slot = Some(client.clone());
-        Ok(client)
+        let conn = Arc::new(ReadConn {
+            client,
+            statements: std::sync::Mutex::new(HashMap::new()),
+        });
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Run one statement, prepared once per connection.
+    async fn query(&self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>> {
+        let conn = self.conn().await?;
+        let cached = conn
+            .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sql)
+            .cloned();
+        let statement = match cached {
+            Some(s) => s,
+            None => {
+                let s = conn.client.prepare(sql).await?;
+                conn.statements
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(sql, s.clone());
+                s
+            }
+        };
+        Ok(conn.client.query(&statement, params).await?)
     }
 
     /// One receipt by id.
     pub async fn get(&self, id: &str) -> Result<Option<Receipt>> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
+        let rows = self
+            .query(
                 "SELECT seq, body, prev_hash, hash FROM receipts WHERE id = $1",
                 &[&id],
             )
             .await
             .with_context(|| format!("reading receipt {id} from {}", self.url))?;
-        row.map(|r| row_to_receipt(r.get(0), r.get(1), r.get(2), r.get(3)))
+        rows.first()
+            .map(|r| row_to_receipt(r.get(0), r.get(1), r.get(2), r.get(3)))
             .transpose()
     }
 
     /// Walk the chain in pages of `seq` order; stop at the first broken link.
     pub async fn verify(&self) -> Result<Verdict> {
         const PAGE: i64 = 5000;
-        let client = self.client().await?;
-        let page = client
-            .prepare(
-                "SELECT seq, id, body, prev_hash, hash FROM receipts
-                 WHERE seq > $1 ORDER BY seq LIMIT $2",
-            )
-            .await?;
         let mut walk = Walk::new();
         let mut after = 0i64;
         loop {
-            let rows = client
-                .query(&page, &[&after, &PAGE])
+            let rows = self
+                .query(
+                    "SELECT seq, id, body, prev_hash, hash FROM receipts
+                     WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    &[&after, &PAGE],
+                )
                 .await
                 .with_context(|| format!("reading receipts from {}", self.url))?;
             for r in &rows {
@@ -422,20 +533,15 @@ impl PgBreakerStore {
         }
     }
 
-    async fn query(
-        &self,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>, String> {
-        let client = self.reader.client().await.map_err(|e| format!("{e:#}"))?;
-        client
+    async fn query(&self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>, String> {
+        self.reader
             .query(sql, params)
             .await
             .map_err(|e| format!("breaker state in {}: {e:#}", self.reader.url))
     }
 }
 
-fn state(row: &tokio_postgres::Row, at: usize) -> BreakerState {
+fn state(row: &Row, at: usize) -> BreakerState {
     let failures: i32 = row.get(at);
     let open_until: Option<i64> = row.get(at + 1);
     BreakerState {

@@ -7,13 +7,14 @@
 //! link: two processes on the same file wait for each other instead of forking the chain.
 
 use super::{
-    BoxFuture, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, Verdict, Walk, answer_all, answered,
-    link, row_to_receipt,
+    BoxFuture, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
+    answered, link, now_rfc3339, row_to_receipt, token_entry,
 };
+use crate::token::Claims;
 use anyhow::{Context as _, Result, bail};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
 
@@ -22,6 +23,8 @@ pub struct SqliteLedger {
     path: PathBuf,
     jobs: mpsc::UnboundedSender<Job>,
     stats: Arc<Stats>,
+    /// A second connection for the token record: rare writes, one lookup per token call.
+    tokens: Arc<Mutex<Connection>>,
 }
 
 const SCHEMA: &str = "
@@ -31,6 +34,13 @@ CREATE TABLE IF NOT EXISTS receipts (
   body TEXT NOT NULL,
   prev_hash TEXT NOT NULL,
   hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+  n INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  claims TEXT,
+  minted_at TEXT,
+  revoked_at TEXT
 );";
 
 fn open_db(path: &Path) -> Result<Connection> {
@@ -56,6 +66,7 @@ impl SqliteLedger {
     /// Open (or create) the ledger and start its writer thread.
     pub fn open(path: &Path) -> Result<SqliteLedger> {
         let db = open_db(path)?;
+        let tokens = open_db(path)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         let writer_stats = stats.clone();
@@ -66,6 +77,7 @@ impl SqliteLedger {
             path: path.to_path_buf(),
             jobs: tx,
             stats,
+            tokens: Arc::new(Mutex::new(tokens)),
         })
     }
 }
@@ -137,6 +149,72 @@ impl Ledger for SqliteLedger {
 
     fn commit_stats(&self) -> (u64, f64) {
         self.stats.read()
+    }
+
+    fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>> {
+        let claims = claims.clone();
+        self.on_tokens(move |db| {
+            db.execute(
+                "INSERT INTO tokens (id, claims, minted_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET claims = coalesce(claims, excluded.claims),
+                   minted_at = coalesce(minted_at, excluded.minted_at)",
+                params![claims.id, serde_json::to_string(&claims)?, now_rfc3339()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn revoke<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        let id = id.to_string();
+        self.on_tokens(move |db| {
+            let changed = db.execute(
+                "INSERT INTO tokens (id, revoked_at) VALUES (?1, ?2)
+                 ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at
+                 WHERE revoked_at IS NULL",
+                params![id, now_rfc3339()],
+            )?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn is_revoked<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        let id = id.to_string();
+        self.on_tokens(move |db| {
+            let mut stmt =
+                db.prepare_cached("SELECT 1 FROM tokens WHERE id = ?1 AND revoked_at IS NOT NULL")?;
+            Ok(stmt.exists([id])?)
+        })
+    }
+
+    fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenEntry>>> {
+        self.on_tokens(|db| {
+            let mut stmt =
+                db.prepare("SELECT id, claims, minted_at, revoked_at FROM tokens ORDER BY n")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, claims, minted_at, revoked_at) = row?;
+                out.push(token_entry(id, claims, minted_at, revoked_at)?);
+            }
+            Ok(out)
+        })
+    }
+}
+
+impl SqliteLedger {
+    /// Run `f` on the token connection off the async threads.
+    fn on_tokens<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T>> {
+        let tokens = self.tokens.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let db = tokens.lock().unwrap_or_else(|p| p.into_inner());
+                f(&db)
+            })
+            .await?
+        })
     }
 }
 

@@ -118,7 +118,7 @@ fn gate(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
             ),
         ));
     }
-    authenticate(state.owner_key(), headers).map_err(|e| Refusal::new(&Json::Null, e))
+    authenticate(state.keys(), headers).map_err(|e| Refusal::new(&Json::Null, e))
 }
 
 fn not_acceptable(wanted: &str) -> Response {

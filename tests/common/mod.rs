@@ -161,6 +161,82 @@ pub fn closed_port() -> u16 {
     port
 }
 
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    closed_port()
+}
+
+/// A real `capdir serve`, killed when dropped; its stdout and stderr go to files.
+pub struct Served {
+    pub child: std::process::Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Served {
+    /// Start `capdir serve` on the site in `dir/site`, with the ledger and data under `dir`
+    /// and the given environment, and wait until it answers.
+    pub async fn start(dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Served {
+        let port = free_port();
+        let log = dir.join(format!("serve-{port}.log"));
+        let out = std::fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_capdir"));
+        cmd.args(["serve", "--site"])
+            .arg(dir.join("site"))
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--ledger"])
+            .arg(format!("sqlite:{}", dir.join("ledger.sqlite").display()))
+            .arg("--data")
+            .arg(dir.join("data"))
+            .args(extra_args)
+            .env_remove("CAPDIR_OWNER_KEY")
+            .env_remove("CAPDIR_TOKEN_KEY")
+            .stdout(out)
+            .stderr(err);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn capdir serve");
+        let served = Served { child, port, log };
+        served.wait_ready().await;
+        served
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    async fn wait_ready(&self) {
+        let client = reqwest::Client::new();
+        let started = std::time::Instant::now();
+        loop {
+            if let Ok(r) = client.get(self.url("/api/dispatch?map=1")).send().await
+                && r.status() == 200
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "capdir serve did not start: {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Is the process still running?
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The PostgreSQL the tests use when `CAPDIR_TEST_POSTGRES` is not set: the role and database
 /// `.ci/deps` creates on loopback (a fixed test password for a loopback-only role).
 pub const DEFAULT_TEST_POSTGRES: &str = "postgres://capdir:capdir@127.0.0.1:5432/capdir_test";

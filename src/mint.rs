@@ -1,0 +1,161 @@
+//! `capdir token mint|list`: turn the command line's wishes into signed claims, checked
+//! against the built site, recorded in the ledger (claims only, never the token).
+
+use crate::ledger::{Ledger, TokenEntry};
+use crate::rowset::RowSet;
+use crate::token::{self, Claims, Risk, TokenKey};
+use anyhow::{Result, bail};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// What `capdir token mint` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub keys: Vec<String>,
+    pub categories: Vec<String>,
+    pub ttl: String,
+    pub audience: String,
+    pub risk: String,
+    pub pin: bool,
+    pub fixed_body: Option<String>,
+    pub max_payload: Option<u64>,
+}
+
+/// A minted token and its claims.
+#[derive(Debug, Clone)]
+pub struct Minted {
+    pub claims: Claims,
+    pub token: String,
+}
+
+impl Minted {
+    /// What `mint` prints: a summary, then the token alone on the last line.
+    pub fn render(&self) -> String {
+        let c = &self.claims;
+        let mut s = String::new();
+        let _ = writeln!(s, "id:        {}", c.id);
+        let _ = writeln!(s, "scope:     {}", c.scope_text());
+        let _ = writeln!(s, "expires:   {}", c.expires_at());
+        let _ = writeln!(s, "audience:  {}", c.aud);
+        let _ = writeln!(s, "risk:      {}", c.risk.as_str());
+        if let Some(pin) = &c.pin {
+            let _ = writeln!(s, "pinned:    {pin}");
+        }
+        if let Some(b) = &c.body {
+            let _ = writeln!(s, "body:      fixed, {} bytes", b.len());
+        }
+        if let Some(m) = c.max_payload {
+            let _ = writeln!(s, "payload:   at most {m} bytes");
+        }
+        s.push_str("revoke with `capdir token revoke ");
+        s.push_str(&c.id);
+        s.push_str("`; the token follows, keep it secret:\n");
+        s.push_str(&self.token);
+        s.push('\n');
+        s
+    }
+}
+
+/// Check the request against the site, sign it and record its claims in `ledger`.
+pub async fn mint(
+    req: &Request,
+    site: &Path,
+    key: &TokenKey,
+    ledger: &dyn Ledger,
+) -> Result<Minted> {
+    let keys: Vec<String> = clean(&req.keys);
+    let categories: Vec<String> = clean(&req.categories);
+    if keys.is_empty() && categories.is_empty() {
+        bail!("a token needs a scope: --keys A,B and/or --categories x,y");
+    }
+    let risk = Risk::parse(&req.risk)
+        .ok_or_else(|| anyhow::anyhow!("--risk is low or high, not `{}`", req.risk))?;
+    let ttl = token::parse_ttl(&req.ttl).map_err(anyhow::Error::msg)?;
+    let audience = req.audience.trim().trim_end_matches('/').to_string();
+    if !(audience.starts_with("http://") || audience.starts_with("https://")) {
+        bail!("--audience is the dispatcher's base URL, e.g. https://capdir.example.org");
+    }
+    if req.pin && (keys.len() != 1 || !categories.is_empty()) {
+        bail!("--pin pins one row's contract: give exactly one key in --keys and no --categories");
+    }
+    let has_site = site.join("catalogue.sqlite").exists();
+    let mut pin = None;
+    if has_site {
+        let rows = RowSet::from_site(site)?;
+        for k in &keys {
+            if rows.get(k).is_none() {
+                let dym = rows.did_you_mean(k);
+                let hint = if dym.is_empty() {
+                    String::new()
+                } else {
+                    format!("; did you mean {}?", dym.join(", "))
+                };
+                bail!("no row has the key `{k}` in {}{hint}", site.display());
+            }
+        }
+        if req.pin {
+            pin = rows
+                .get(&keys[0])
+                .map(|c| crate::contract::fingerprint(&c.row));
+        }
+    } else if req.pin {
+        bail!(
+            "--pin reads the row's fingerprint from the built site, and {} has none; run `capdir build` or pass --site",
+            site.display()
+        );
+    }
+    let now = chrono::Utc::now().timestamp();
+    let claims = Claims {
+        id: token::new_id(),
+        iat: now,
+        exp: now.saturating_add(ttl),
+        aud: audience,
+        keys,
+        categories,
+        risk,
+        pin,
+        body: req.fixed_body.clone(),
+        max_payload: req.max_payload,
+    };
+    let token = key.sign(&claims);
+    ledger.record_token(&claims).await?;
+    Ok(Minted { claims, token })
+}
+
+fn clean(list: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = list
+        .iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    out.dedup();
+    out
+}
+
+/// `capdir token list`: one line per token.
+pub fn render_list(entries: &[TokenEntry], now: i64) -> String {
+    if entries.is_empty() {
+        return "no tokens minted or revoked on this ledger\n".into();
+    }
+    let mut s = String::new();
+    for e in entries {
+        let state = match (&e.revoked_at, &e.claims) {
+            (Some(at), _) => format!("revoked {at}"),
+            (None, Some(c)) if c.exp <= now => format!("expired {}", c.expires_at()),
+            (None, Some(c)) => format!("live until {}", c.expires_at()),
+            (None, None) => "unknown".into(),
+        };
+        let detail = match &e.claims {
+            Some(c) => format!(
+                "{} · risk {} · {}{}",
+                c.scope_text(),
+                c.risk.as_str(),
+                c.aud,
+                if c.pin.is_some() { " · pinned" } else { "" }
+            ),
+            None => "minted elsewhere".into(),
+        };
+        let _ = writeln!(s, "{}  {state}  {detail}", e.id);
+    }
+    s
+}
