@@ -84,11 +84,10 @@ pub async fn of(state: &AppState, caller: &Caller, row: &Row) -> Result<Affordan
             if let Some(max) = claims.max_payload {
                 a.max_payload_bytes = max.min(body_limit);
             }
-            let ledger = state.ledger().clone();
-            let id = claims.id.clone();
-            let revoked = tokio::task::spawn_blocking(move || ledger.is_revoked(&id))
+            let revoked = state
+                .ledger()
+                .is_revoked(&claims.id)
                 .await
-                .map_err(|e| ApiError::internal("the revocation list could not be read", e.into()))?
                 .map_err(|e| ApiError::internal("the revocation list could not be read", e))?;
             let fp = fingerprint(row);
             let verdict = if revoked {

@@ -7,9 +7,11 @@
 //! hour passes or `capdir breaker reset NAME`. Any other answer closes the count again.
 //!
 //! State must survive a restart and be shared by every process on the machine (the CLI and a
-//! server), so the default store is a small SQLite file in WAL mode; the `BreakerStore` trait
-//! lets the ledger hold it later.
+//! server), so the default store is a small SQLite file in WAL mode. With a PostgreSQL ledger
+//! the state lives in the ledger database (`ledger::postgres::PgBreakerStore`), shared by every
+//! dispatcher. The store is async because that one answers over the network.
 
+use crate::ledger::BoxFuture;
 use crate::outcome::Failure;
 use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -34,18 +36,18 @@ impl BreakerState {
 
 /// Where breaker state lives. Errors are messages naming what failed.
 pub trait BreakerStore: Send + Sync {
-    fn get(&self, name: &str) -> Result<BreakerState, String>;
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BreakerState, String>>;
     /// Count one more rejection, atomically; open until `until` once `threshold` is reached.
-    fn record_rejection(
-        &self,
-        name: &str,
+    fn record_rejection<'a>(
+        &'a self,
+        name: &'a str,
         threshold: u32,
         until: DateTime<Utc>,
-    ) -> Result<BreakerState, String>;
+    ) -> BoxFuture<'a, Result<BreakerState, String>>;
     /// Close the breaker and clear the count (`reset`, or an accepted request).
-    fn clear(&self, name: &str) -> Result<(), String>;
+    fn clear<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), String>>;
     /// Every credential with a record, by name.
-    fn list(&self) -> Result<Vec<(String, BreakerState)>, String>;
+    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, BreakerState)>, String>>;
 }
 
 /// How many rejections open the breaker, and for how long.
@@ -103,10 +105,11 @@ impl Breaker {
 
     /// Before sending: refuse while open. When the state cannot be read, the call fails rather
     /// than risk hammering a service with a credential it may already be rejecting.
-    pub fn admit(&self, name: &str) -> Result<BreakerState, Failure> {
+    pub async fn admit(&self, name: &str) -> Result<BreakerState, Failure> {
         let state = self
             .store
             .get(name)
+            .await
             .map_err(|e| Failure::new("breaker:unavailable", e))?;
         if let Some(until) = state.open_until.filter(|t| *t > Utc::now()) {
             return Err(Failure::new(
@@ -122,7 +125,7 @@ impl Breaker {
 
     /// After an answer: a 401 or 403 counts against the credential, any other answer clears
     /// the count. `before` is what `admit` returned, to skip a write when nothing changes.
-    pub fn record(&self, name: &str, status: u16, before: BreakerState) {
+    pub async fn record(&self, name: &str, status: u16, before: BreakerState) {
         let result = if status == 401 || status == 403 {
             self.store
                 .record_rejection(
@@ -130,6 +133,7 @@ impl Breaker {
                     self.policy.threshold,
                     Utc::now() + self.policy.open_for,
                 )
+                .await
                 .map(|s| {
                     if s.failures == self.policy.threshold {
                         tracing::warn!(
@@ -140,7 +144,7 @@ impl Breaker {
                     }
                 })
         } else if before.failures > 0 || before.open_until.is_some() {
-            self.store.clear(name)
+            self.store.clear(name).await
         } else {
             Ok(())
         };
@@ -150,9 +154,9 @@ impl Breaker {
     }
 
     /// Close a breaker by hand. False when there was no record.
-    pub fn reset(&self, name: &str) -> Result<bool, String> {
-        let existed = self.store.list()?.iter().any(|(n, _)| n == name);
-        self.store.clear(name)?;
+    pub async fn reset(&self, name: &str) -> Result<bool, String> {
+        let existed = self.store.list().await?.iter().any(|(n, _)| n == name);
+        self.store.clear(name).await?;
         Ok(existed)
     }
 }
@@ -171,12 +175,12 @@ impl MemoryStore {
     }
 }
 
-impl BreakerStore for MemoryStore {
-    fn get(&self, name: &str) -> Result<BreakerState, String> {
+impl MemoryStore {
+    fn get_now(&self, name: &str) -> Result<BreakerState, String> {
         Ok(self.lock()?.get(name).copied().unwrap_or_default())
     }
 
-    fn record_rejection(
+    fn record_now(
         &self,
         name: &str,
         threshold: u32,
@@ -191,15 +195,36 @@ impl BreakerStore for MemoryStore {
         Ok(*s)
     }
 
-    fn clear(&self, name: &str) -> Result<(), String> {
-        self.lock()?.remove(name);
-        Ok(())
-    }
-
-    fn list(&self) -> Result<Vec<(String, BreakerState)>, String> {
+    fn list_now(&self) -> Result<Vec<(String, BreakerState)>, String> {
         let mut all: Vec<_> = self.lock()?.iter().map(|(k, v)| (k.clone(), *v)).collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
+    }
+}
+
+impl BreakerStore for MemoryStore {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BreakerState, String>> {
+        Box::pin(std::future::ready(self.get_now(name)))
+    }
+
+    fn record_rejection<'a>(
+        &'a self,
+        name: &'a str,
+        threshold: u32,
+        until: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<BreakerState, String>> {
+        Box::pin(std::future::ready(self.record_now(name, threshold, until)))
+    }
+
+    fn clear<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        let result = self.lock().map(|mut s| {
+            s.remove(name);
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, BreakerState)>, String>> {
+        Box::pin(std::future::ready(self.list_now()))
     }
 }
 
@@ -287,8 +312,8 @@ fn from_unix(secs: Option<i64>) -> Option<DateTime<Utc>> {
     secs.and_then(|s| Utc.timestamp_opt(s, 0).single())
 }
 
-impl BreakerStore for SqliteStore {
-    fn get(&self, name: &str) -> Result<BreakerState, String> {
+impl SqliteStore {
+    fn get_now(&self, name: &str) -> Result<BreakerState, String> {
         self.with_existing(|c| {
             c.query_row(
                 "SELECT failures, open_until FROM breaker WHERE name = ?1",
@@ -306,7 +331,7 @@ impl BreakerStore for SqliteStore {
         .map(Option::unwrap_or_default)
     }
 
-    fn record_rejection(
+    fn record_now(
         &self,
         name: &str,
         threshold: u32,
@@ -332,12 +357,12 @@ impl BreakerStore for SqliteStore {
         })
     }
 
-    fn clear(&self, name: &str) -> Result<(), String> {
+    fn clear_now(&self, name: &str) -> Result<(), String> {
         self.with_existing(|c| c.execute("DELETE FROM breaker WHERE name = ?1", [name]))
             .map(|_| ())
     }
 
-    fn list(&self) -> Result<Vec<(String, BreakerState)>, String> {
+    fn list_now(&self) -> Result<Vec<(String, BreakerState)>, String> {
         self.with_existing(|c| {
             let mut stmt =
                 c.prepare("SELECT name, failures, open_until FROM breaker ORDER BY name")?;
@@ -353,6 +378,31 @@ impl BreakerStore for SqliteStore {
             rows.collect()
         })
         .map(Option::unwrap_or_default)
+    }
+}
+
+// The statements are short and local, so they run in place, as they did before the store
+// was async; busy waits are bounded by the 5 s busy timeout.
+impl BreakerStore for SqliteStore {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BreakerState, String>> {
+        Box::pin(std::future::ready(self.get_now(name)))
+    }
+
+    fn record_rejection<'a>(
+        &'a self,
+        name: &'a str,
+        threshold: u32,
+        until: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<BreakerState, String>> {
+        Box::pin(std::future::ready(self.record_now(name, threshold, until)))
+    }
+
+    fn clear<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(std::future::ready(self.clear_now(name)))
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, BreakerState)>, String>> {
+        Box::pin(std::future::ready(self.list_now()))
     }
 }
 
@@ -392,57 +442,57 @@ pub fn render_list(states: &[(String, BreakerState)], now: DateTime<Utc>) -> Str
 mod tests {
     use super::*;
 
-    fn trip(b: &Breaker, name: &str) {
+    async fn trip(b: &Breaker, name: &str) {
         for _ in 0..8 {
-            let before = b.admit(name).expect("closed");
-            b.record(name, 401, before);
+            let before = b.admit(name).await.expect("closed");
+            b.record(name, 401, before).await;
         }
     }
 
-    #[test]
-    fn opens_after_eight_and_resets() {
+    #[tokio::test]
+    async fn opens_after_eight_and_resets() {
         let b = Breaker::in_memory();
         for _ in 0..7 {
-            let before = b.admit("K").unwrap();
-            b.record("K", 403, before);
+            let before = b.admit("K").await.unwrap();
+            b.record("K", 403, before).await;
         }
-        let before = b.admit("K").unwrap();
-        b.record("K", 200, before);
-        assert_eq!(b.store().get("K").unwrap().failures, 0);
-        trip(&b, "K");
-        let e = b.admit("K").unwrap_err();
+        let before = b.admit("K").await.unwrap();
+        b.record("K", 200, before).await;
+        assert_eq!(b.store().get("K").await.unwrap().failures, 0);
+        trip(&b, "K").await;
+        let e = b.admit("K").await.unwrap_err();
         assert_eq!(e.code, "breaker_open");
         assert!(e.detail.starts_with("K:until 20"), "{}", e.detail);
-        assert!(b.admit("OTHER").is_ok());
-        assert!(b.reset("K").unwrap());
-        assert!(b.admit("K").is_ok());
-        assert!(!b.reset("K").unwrap());
+        assert!(b.admit("OTHER").await.is_ok());
+        assert!(b.reset("K").await.unwrap());
+        assert!(b.admit("K").await.is_ok());
+        assert!(!b.reset("K").await.unwrap());
     }
 
-    #[test]
-    fn sqlite_state_survives_reopen() {
+    #[tokio::test]
+    async fn sqlite_state_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let fresh = Breaker::in_data_dir(&data);
-        assert!(fresh.admit("T").is_ok() && fresh.store().list().unwrap().is_empty());
+        assert!(fresh.admit("T").await.is_ok() && fresh.store().list().await.unwrap().is_empty());
         assert!(!data.exists(), "reads must not create the state file");
-        trip(&Breaker::in_data_dir(&data), "T");
+        trip(&Breaker::in_data_dir(&data), "T").await;
         let again = Breaker::in_data_dir(&data);
-        assert_eq!(again.admit("T").unwrap_err().code, "breaker_open");
-        let list = again.store().list().unwrap();
+        assert_eq!(again.admit("T").await.unwrap_err().code, "breaker_open");
+        let list = again.store().list().await.unwrap();
         assert_eq!(list.len(), 1);
         assert!(render_list(&list, Utc::now()).contains("T\tOPEN until"));
-        again.reset("T").unwrap();
-        assert!(Breaker::in_data_dir(&data).admit("T").is_ok());
+        again.reset("T").await.unwrap();
+        assert!(Breaker::in_data_dir(&data).admit("T").await.is_ok());
     }
 
-    #[test]
-    fn unreadable_state_fails_named() {
+    #[tokio::test]
+    async fn unreadable_state_fails_named() {
         let dir = tempfile::tempdir().unwrap();
         // A directory where the state file should be: it exists but cannot be opened.
         std::fs::create_dir_all(dir.path().join("state.sqlite")).unwrap();
         let b = Breaker::in_data_dir(dir.path());
-        let e = b.admit("K").unwrap_err();
+        let e = b.admit("K").await.unwrap_err();
         assert_eq!(e.code, "breaker:unavailable");
         assert!(e.detail.contains("state.sqlite"), "{}", e.detail);
     }

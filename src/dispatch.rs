@@ -307,11 +307,11 @@ struct Gate<'a> {
 
 impl Gate<'_> {
     async fn revoked(&self, id: &str) -> Result<bool, ApiError> {
-        let ledger = self.state.inner.ledger.clone();
-        let id = id.to_string();
-        tokio::task::spawn_blocking(move || ledger.is_revoked(&id))
+        self.state
+            .inner
+            .ledger
+            .is_revoked(id)
             .await
-            .map_err(|e| ApiError::internal("the revocation list could not be read", e.into()))?
             .map_err(|e| ApiError::internal("the revocation list could not be read", e))
     }
 

@@ -47,12 +47,12 @@ pub struct InvokerConfig {
 
 impl InvokerConfig {
     /// The command line's configuration: agent endpoints from `CAPDIR_*` variables, breaker
-    /// state in `<data_dir>/state.sqlite`.
-    pub fn from_env(data_dir: &Path) -> Result<InvokerConfig, String> {
+    /// state where `breaker` keeps it (`ledger::Location::breaker`).
+    pub fn from_env(breaker: Breaker) -> Result<InvokerConfig, String> {
         Ok(InvokerConfig {
             http: HttpConfig::default(),
             agent: AgentConfig::from_env()?,
-            breaker: Some(Breaker::in_data_dir(data_dir)),
+            breaker: Some(breaker),
             env: Environment::Process,
         })
     }
@@ -281,7 +281,7 @@ fn args_line(callable: &Callable) -> String {
 pub fn command(
     catalogue: &Path,
     site: Option<&Path>,
-    data_dir: &Path,
+    breaker: Breaker,
     key: &str,
     body: Option<String>,
     args: Option<&str>,
@@ -304,7 +304,7 @@ pub fn command(
         Some(site) => RowSet::from_site(site)?,
         None => RowSet::from_dir(catalogue)?,
     };
-    let config = InvokerConfig::from_env(data_dir).map_err(anyhow::Error::msg)?;
+    let config = InvokerConfig::from_env(breaker).map_err(anyhow::Error::msg)?;
     let invoker = Invoker::new(rows, config).map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -123,6 +123,9 @@ enum Command {
         /// Where state lives (breaker); default `$CAPDIR_DATA`, else `data`.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+        /// With a `postgres://` ledger, breaker state is shared with the dispatchers there.
+        #[arg(long, env = "CAPDIR_LEDGER", hide_env_values = true)]
+        ledger: Option<String>,
     },
     /// Run the dispatcher: ask, contracts, invoke with durable receipts, the static site.
     Serve {
@@ -132,8 +135,14 @@ enum Command {
         /// Where to listen (loopback by default).
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: std::net::SocketAddr,
-        /// The receipt ledger: `sqlite:PATH`.
-        #[arg(long, default_value = "sqlite:data/ledger.sqlite")]
+        /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
+        /// several dispatchers sharing one chain (keeps breaker state there too).
+        #[arg(
+            long,
+            env = "CAPDIR_LEDGER",
+            hide_env_values = true,
+            default_value = "sqlite:data/ledger.sqlite"
+        )]
         ledger: String,
         /// The public URL, for the links in answers.
         #[arg(long)]
@@ -165,8 +174,14 @@ enum Command {
         /// Tools per tools/list page.
         #[arg(long, value_name = "N", default_value_t = capdir::mcp::DEFAULT_PAGE_SIZE)]
         page_size: usize,
-        /// The receipt ledger: `sqlite:PATH` (the same default as `capdir serve` and `capdir ledger`).
-        #[arg(long, default_value = "sqlite:data/ledger.sqlite")]
+        /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
+        /// several dispatchers sharing one chain (keeps breaker state there too).
+        #[arg(
+            long,
+            env = "CAPDIR_LEDGER",
+            hide_env_values = true,
+            default_value = "sqlite:data/ledger.sqlite"
+        )]
         ledger: String,
         /// The dispatcher's public URL, for the links in answers.
         #[arg(long, default_value = "http://127.0.0.1:8080")]
@@ -179,16 +194,29 @@ enum Command {
     Token {
         #[command(subcommand)]
         action: TokenAction,
-        /// The receipt ledger, where tokens and revocations are kept: `sqlite:PATH`.
-        #[arg(long, default_value = "sqlite:data/ledger.sqlite", global = true)]
+        /// The receipt ledger, where tokens and revocations are kept: `sqlite:PATH` or
+        /// `postgres://user:password@host:port/db`.
+        #[arg(
+            long,
+            env = "CAPDIR_LEDGER",
+            hide_env_values = true,
+            default_value = "sqlite:data/ledger.sqlite",
+            global = true
+        )]
         ledger: String,
     },
     /// Check or read the receipt ledger.
     Ledger {
         #[command(subcommand)]
         action: LedgerAction,
-        /// The receipt ledger: `sqlite:PATH`.
-        #[arg(long, default_value = "sqlite:data/ledger.sqlite", global = true)]
+        /// The receipt ledger: `sqlite:PATH` or `postgres://user:password@host:port/db`.
+        #[arg(
+            long,
+            env = "CAPDIR_LEDGER",
+            hide_env_values = true,
+            default_value = "sqlite:data/ledger.sqlite",
+            global = true
+        )]
         ledger: String,
     },
     /// Show or reset the per-credential circuit breakers.
@@ -198,6 +226,9 @@ enum Command {
         /// Where state lives; default `$CAPDIR_DATA`, else `data`.
         #[arg(long, value_name = "DIR", global = true)]
         data: Option<PathBuf>,
+        /// With a `postgres://` ledger, the state the dispatchers share there.
+        #[arg(long, env = "CAPDIR_LEDGER", hide_env_values = true, global = true)]
+        ledger: Option<String>,
     },
 }
 
@@ -333,23 +364,27 @@ fn main() -> ExitCode {
             site,
             json,
             data,
-        } => capdir::invoke::command(
-            &catalogue,
-            site.as_deref(),
-            &capdir::breaker::data_dir(data),
-            &key,
-            body,
-            args.as_deref(),
-            json,
-        )
-        .map(|(text, ok)| {
-            print!("{text}");
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }),
+            ledger,
+        } => breaker_for(ledger.as_deref(), data)
+            .and_then(|breaker| {
+                capdir::invoke::command(
+                    &catalogue,
+                    site.as_deref(),
+                    breaker,
+                    &key,
+                    body,
+                    args.as_deref(),
+                    json,
+                )
+            })
+            .map(|(text, ok)| {
+                print!("{text}");
+                if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }),
         Command::Serve {
             site,
             addr,
@@ -392,7 +427,11 @@ fn main() -> ExitCode {
         ),
         Command::Token { action, ledger } => token_cmd(action, ledger),
         Command::Ledger { action, ledger } => ledger_cmd(action, ledger),
-        Command::Breaker { action, data } => breaker(action, capdir::breaker::data_dir(data)),
+        Command::Breaker {
+            action,
+            data,
+            ledger,
+        } => breaker_for(ledger.as_deref(), data).and_then(|b| breaker(action, b)),
     };
     match result {
         Ok(code) => code,
@@ -434,8 +473,9 @@ fn ensure_site(site: &std::path::Path, base_url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The dispatcher's settings shared by `serve` and `mcp`.
-fn settings(
+/// The dispatcher's settings shared by `serve` and `mcp`: the ledger opened (migrated, its
+/// writer started on the current runtime) and the breaker state where the ledger keeps it.
+async fn settings(
     site: &std::path::Path,
     ledger: &str,
     base_url: String,
@@ -443,12 +483,15 @@ fn settings(
     mcp: capdir::mcp::Options,
 ) -> anyhow::Result<capdir::server::Settings> {
     let data = capdir::breaker::data_dir(data);
-    let ledger = capdir::ledger::SqliteLedger::open(&capdir::ledger::parse_url(ledger))?;
+    let location = capdir::ledger::Location::parse(ledger)?;
+    let ledger = location.open().await?;
+    tracing::info!(ledger = %location, "ledger open");
     Ok(capdir::server::Settings {
         base_url,
-        config: capdir::invoke::InvokerConfig::from_env(&data).map_err(anyhow::Error::msg)?,
+        config: capdir::invoke::InvokerConfig::from_env(location.breaker(&data))
+            .map_err(anyhow::Error::msg)?,
         mcp,
-        ..capdir::server::Settings::new(site, std::sync::Arc::new(ledger))
+        ..capdir::server::Settings::new(site, ledger)
     })
 }
 
@@ -466,50 +509,50 @@ fn serve(
     init_logs();
     let base_url = base_url.unwrap_or_else(|| format!("http://{addr}"));
     ensure_site(&site, &base_url)?;
-    let mut settings = settings(&site, &ledger, base_url, data.clone(), mcp)?;
-    let (token_key, key_source) =
-        capdir::token::TokenKey::load(&capdir::breaker::data_dir(data))?;
-    let config = &mut settings.config;
-    if let Some(secs) = limits.upstream_timeout {
-        config.http.timeout = std::time::Duration::from_secs(secs);
-        config.agent.timeout = std::time::Duration::from_secs(secs.saturating_mul(4));
-    }
-    if let Some(cap) = limits.response_cap {
-        config.http.max_body_bytes = cap;
-        config.agent.max_body_bytes = cap;
-    }
-    tracing::info!(
-        body_limit = limits.body_limit,
-        max_inflight = limits.max_inflight,
-        upstream_timeout_s = config.http.timeout.as_secs(),
-        response_cap = config.http.max_body_bytes,
-        token_key = %key_source,
-        "limits"
-    );
-    let settings = capdir::server::Settings {
-        owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
-        token_key: Some(token_key),
-        open,
-        body_limit: limits.body_limit,
-        max_inflight: limits.max_inflight,
-        ..settings
-    };
-    if settings.owner_key.as_deref().unwrap_or("").is_empty() {
-        tracing::warn!(
-            "CAPDIR_OWNER_KEY is not set: only capability tokens can invoke, and nobody can read every receipt"
-        );
-    }
-    if open {
-        tracing::warn!(
-            "open mode (--open): callers without a credential may invoke rows that are not sensitive and use no credential"
-        );
-    } else {
-        tracing::info!(
-            "closed mode: invoking needs the owner key or a capability token (--open lets anonymous callers run rows that are not sensitive and use no credential)"
-        );
-    }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        let mut settings = settings(&site, &ledger, base_url, data.clone(), mcp).await?;
+        let (token_key, key_source) =
+            capdir::token::TokenKey::load(&capdir::breaker::data_dir(data))?;
+        let config = &mut settings.config;
+        if let Some(secs) = limits.upstream_timeout {
+            config.http.timeout = std::time::Duration::from_secs(secs);
+            config.agent.timeout = std::time::Duration::from_secs(secs.saturating_mul(4));
+        }
+        if let Some(cap) = limits.response_cap {
+            config.http.max_body_bytes = cap;
+            config.agent.max_body_bytes = cap;
+        }
+        tracing::info!(
+            body_limit = limits.body_limit,
+            max_inflight = limits.max_inflight,
+            upstream_timeout_s = config.http.timeout.as_secs(),
+            response_cap = config.http.max_body_bytes,
+            token_key = %key_source,
+            "limits"
+        );
+        let settings = capdir::server::Settings {
+            owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
+            token_key: Some(token_key),
+            open,
+            body_limit: limits.body_limit,
+            max_inflight: limits.max_inflight,
+            ..settings
+        };
+        if settings.owner_key.as_deref().unwrap_or("").is_empty() {
+            tracing::warn!(
+                "CAPDIR_OWNER_KEY is not set: only capability tokens can invoke, and nobody can read every receipt"
+            );
+        }
+        if open {
+            tracing::warn!(
+                "open mode (--open): callers without a credential may invoke rows that are not sensitive and use no credential"
+            );
+        } else {
+            tracing::info!(
+                "closed mode: invoking needs the owner key or a capability token (--open lets anonymous callers run rows that are not sensitive and use no credential)"
+            );
+        }
         let state = capdir::server::AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
         let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -530,9 +573,9 @@ fn mcp(
 ) -> anyhow::Result<ExitCode> {
     init_logs();
     ensure_site(&site, &base_url)?;
-    let settings = settings(&site, &ledger, base_url, data, options)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        let settings = settings(&site, &ledger, base_url, data, options).await?;
         let state = capdir::server::AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
         capdir::mcp::stdio::serve(state).await?;
@@ -541,7 +584,18 @@ fn mcp(
 }
 
 fn token_cmd(action: TokenAction, ledger: String) -> anyhow::Result<ExitCode> {
-    let ledger = capdir::ledger::SqliteLedger::open(&capdir::ledger::parse_url(&ledger))?;
+    let location = capdir::ledger::Location::parse(&ledger)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(token_on(action, location))
+}
+
+async fn token_on(
+    action: TokenAction,
+    location: capdir::ledger::Location,
+) -> anyhow::Result<ExitCode> {
+    let ledger = location.open().await?;
     match action {
         TokenAction::Mint {
             keys,
@@ -566,19 +620,18 @@ fn token_cmd(action: TokenAction, ledger: String) -> anyhow::Result<ExitCode> {
                 max_payload,
             };
             let (key, _) = capdir::token::TokenKey::load(&capdir::breaker::data_dir(data))?;
-            let minted = capdir::mint::mint(&request, &site, &key, &ledger)?;
+            let minted = capdir::mint::mint(&request, &site, &key, ledger.as_ref()).await?;
             print!("{}", minted.render());
             Ok(ExitCode::SUCCESS)
         }
         TokenAction::Revoke { id } => {
-            use capdir::ledger::Ledger as _;
             if !id.starts_with("tok_") {
                 eprintln!(
                     "error: `{id}` is not a token id; ids start with tok_ (see `capdir token list`)"
                 );
                 return Ok(ExitCode::from(2));
             }
-            if ledger.revoke(&id)? {
+            if ledger.revoke(&id).await? {
                 println!("revoked {id}: every dispatcher on this ledger refuses it from now on");
             } else {
                 println!("{id} was already revoked");
@@ -586,10 +639,9 @@ fn token_cmd(action: TokenAction, ledger: String) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         TokenAction::List => {
-            use capdir::ledger::Ledger as _;
             print!(
                 "{}",
-                capdir::mint::render_list(&ledger.tokens()?, chrono::Utc::now().timestamp())
+                capdir::mint::render_list(&ledger.tokens().await?, chrono::Utc::now().timestamp())
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -597,9 +649,12 @@ fn token_cmd(action: TokenAction, ledger: String) -> anyhow::Result<ExitCode> {
 }
 
 fn ledger_cmd(action: LedgerAction, ledger: String) -> anyhow::Result<ExitCode> {
-    let path = capdir::ledger::parse_url(&ledger);
+    let location = capdir::ledger::Location::parse(&ledger)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     match action {
-        LedgerAction::Verify => match capdir::ledger::verify(&path)? {
+        LedgerAction::Verify => match runtime.block_on(location.verify())? {
             capdir::ledger::Verdict::Intact { receipts } => {
                 println!("ok: {receipts} receipts, every link holds");
                 Ok(ExitCode::SUCCESS)
@@ -609,13 +664,13 @@ fn ledger_cmd(action: LedgerAction, ledger: String) -> anyhow::Result<ExitCode> 
                 Ok(ExitCode::FAILURE)
             }
         },
-        LedgerAction::Show { id } => match capdir::ledger::get(&path, &id)? {
+        LedgerAction::Show { id } => match runtime.block_on(location.get(&id))? {
             Some(r) => {
                 println!("{}", serde_json::to_string_pretty(&r)?);
                 Ok(ExitCode::SUCCESS)
             }
             None => {
-                eprintln!("no receipt {id} in {}", path.display());
+                eprintln!("no receipt {id} in {location}");
                 Ok(ExitCode::FAILURE)
             }
         },
@@ -772,18 +827,38 @@ fn eval(
     })
 }
 
-fn breaker(action: BreakerAction, data: PathBuf) -> anyhow::Result<ExitCode> {
-    let breaker = capdir::breaker::Breaker::in_data_dir(&data);
+/// The breaker state a command uses: the PostgreSQL ledger's when `--ledger` names one,
+/// else `<data>/state.sqlite`.
+fn breaker_for(
+    ledger: Option<&str>,
+    data: Option<PathBuf>,
+) -> anyhow::Result<capdir::breaker::Breaker> {
+    let data = capdir::breaker::data_dir(data);
+    Ok(match ledger {
+        Some(text) => capdir::ledger::Location::parse(text)?.breaker(&data),
+        None => capdir::breaker::Breaker::in_data_dir(&data),
+    })
+}
+
+fn breaker(action: BreakerAction, breaker: capdir::breaker::Breaker) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     match action {
         BreakerAction::List => {
-            let states = breaker.store().list().map_err(anyhow::Error::msg)?;
+            let states = runtime
+                .block_on(breaker.store().list())
+                .map_err(anyhow::Error::msg)?;
             print!(
                 "{}",
                 capdir::breaker::render_list(&states, chrono::Utc::now())
             );
         }
         BreakerAction::Reset { name } => {
-            if breaker.reset(&name).map_err(anyhow::Error::msg)? {
+            if runtime
+                .block_on(breaker.reset(&name))
+                .map_err(anyhow::Error::msg)?
+            {
                 println!("breaker for {name} closed");
             } else {
                 println!("{name} had no breaker record; nothing to reset");

@@ -57,7 +57,12 @@ impl Minted {
 }
 
 /// Check the request against the site, sign it and record its claims in `ledger`.
-pub fn mint(req: &Request, site: &Path, key: &TokenKey, ledger: &dyn Ledger) -> Result<Minted> {
+pub async fn mint(
+    req: &Request,
+    site: &Path,
+    key: &TokenKey,
+    ledger: &dyn Ledger,
+) -> Result<Minted> {
     let keys: Vec<String> = clean(&req.keys);
     let categories: Vec<String> = clean(&req.categories);
     if keys.is_empty() && categories.is_empty() {
@@ -113,7 +118,7 @@ pub fn mint(req: &Request, site: &Path, key: &TokenKey, ledger: &dyn Ledger) -> 
         max_payload: req.max_payload,
     };
     let token = key.sign(&claims);
-    ledger.record_token(&claims)?;
+    ledger.record_token(&claims).await?;
     Ok(Minted { claims, token })
 }
 

@@ -620,11 +620,12 @@ fn checked_receipt_id(id: &str) -> Result<&str, ApiError> {
 }
 
 pub(crate) async fn find_receipt(state: &AppState, id: &str) -> Result<Receipt, ApiError> {
-    let id = checked_receipt_id(id)?.to_string();
-    let ledger = state.inner.ledger.clone();
-    let found = tokio::task::spawn_blocking(move || ledger.get(&id))
+    let id = checked_receipt_id(id)?;
+    let found = state
+        .inner
+        .ledger
+        .get(id)
         .await
-        .map_err(|e| ApiError::internal("ledger read failed", e.into()))?
         .map_err(|e| ApiError::internal("ledger read failed", e))?;
     found.ok_or_else(|| {
         ApiError::new(

@@ -95,10 +95,13 @@ fn breaker_list_and_reset() {
         ("no breaker records: every credential is closed\n", 0)
     );
     let b = capdir::breaker::Breaker::in_data_dir(d);
-    for _ in 0..8 {
-        let before = b.admit("SOME_TOKEN").expect("closed");
-        b.record("SOME_TOKEN", 403, before);
-    }
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        for _ in 0..8 {
+            let before = b.admit("SOME_TOKEN").await.expect("closed");
+            b.record("SOME_TOKEN", 403, before).await;
+        }
+    });
     let (out, _, _) = capdir(&["breaker", "list", "--data", &d.display().to_string()], d);
     assert!(out.starts_with("SOME_TOKEN\tOPEN until 20"), "{out}");
     let (out, _, code) = capdir(&["breaker", "reset", "SOME_TOKEN"], d);

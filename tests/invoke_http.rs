@@ -485,6 +485,7 @@ async fn breaker_opens_after_eight_rejections_and_survives_a_restart() {
     assert!(
         Breaker::in_data_dir(data.path())
             .reset("HT_WRONG")
+            .await
             .expect("reset")
     );
     assert_eq!(call(&inv, "ALLOW", "").await.output, "HTTP 200:fine");

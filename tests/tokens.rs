@@ -481,7 +481,7 @@ async fn every_gate_reason_with_its_status_in_order() {
     let mut successes = 0;
     for c in cases.drain(..) {
         if c.revoke {
-            assert!(state.ledger().revoke(&c.claims.id).expect("revoke"));
+            assert!(state.ledger().revoke(&c.claims.id).await.expect("revoke"));
         }
         let tok = key().sign(&c.claims);
         for via in [Via::Bearer, Via::Share] {
@@ -761,7 +761,7 @@ async fn contracts_say_what_the_presented_credential_may_do() {
     let (_, text) = contract_with(&state, "SENSITIVE_HIT", "json", Some(&key().sign(&s))).await;
     let a = &serde_json::from_str::<Json>(&text).expect("json")["affordances"];
     assert_eq!(a["refused"]["reason"], "risk_ceiling:low", "{a}");
-    state.ledger().revoke(&c.id).expect("revoke");
+    state.ledger().revoke(&c.id).await.expect("revoke");
     let (_, md) = contract_with(&state, "HIT", "markdown", Some(&tok)).await;
     assert!(md.contains("May invoke: no — `revoked`"), "{md}");
 

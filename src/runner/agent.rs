@@ -211,7 +211,7 @@ impl AgentRunner {
         let mut admitted = None;
         if !endpoint.key_env.is_empty() {
             let key = call.invoker.env().require(&endpoint.key_env)?;
-            admitted = Some(breaker.admit(&endpoint.key_env)?);
+            admitted = Some(breaker.admit(&endpoint.key_env).await?);
             req = req.bearer_auth(&key);
             secrets.push(key);
         }
@@ -223,7 +223,9 @@ impl AgentRunner {
         })?;
         let status = resp.status();
         if let Some(before) = admitted {
-            breaker.record(&endpoint.key_env, status.as_u16(), before);
+            breaker
+                .record(&endpoint.key_env, status.as_u16(), before)
+                .await;
         }
         let (body, truncated) = read_capped(&mut resp, cfg.max_body_bytes)
             .await

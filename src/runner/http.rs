@@ -258,7 +258,7 @@ impl HttpRunner {
         let p = prepare(&call)?;
         let breaker = call.invoker.breaker();
         let admitted = match &p.credential_name {
-            Some(name) => Some((name.as_str(), breaker.admit(name)?)),
+            Some(name) => Some((name.as_str(), breaker.admit(name).await?)),
             None => None,
         };
         let mut req = self.client.request(p.method, p.url).headers(p.headers);
@@ -277,7 +277,7 @@ impl HttpRunner {
         })?;
         let status = resp.status();
         if let Some((name, before)) = admitted {
-            breaker.record(name, status.as_u16(), before);
+            breaker.record(name, status.as_u16(), before).await;
         }
         let (body, truncated) = read_capped(&mut resp, cfg.max_body_bytes)
             .await

@@ -236,3 +236,123 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// The PostgreSQL the tests use when `CAPDIR_TEST_POSTGRES` is not set: the role and database
+/// `.ci/deps` creates on loopback (a fixed test password for a loopback-only role).
+pub const DEFAULT_TEST_POSTGRES: &str = "postgres://capdir:capdir@127.0.0.1:5432/capdir_test";
+
+/// A database made for one test and dropped (with its connections) when this goes.
+pub struct PgDatabase {
+    /// `postgres://…/capdir_t_…`, for `--ledger`.
+    pub url: String,
+    admin_url: String,
+    name: String,
+}
+
+/// `url` with its database replaced by `name`.
+pub fn with_database(url: &str, name: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let path = url[start..].find('/').map(|i| start + i);
+    let query = url.find('?');
+    match (path, query) {
+        (Some(p), Some(q)) if p < q => format!("{}/{name}{}", &url[..p], &url[q..]),
+        (Some(p), _) => format!("{}/{name}", &url[..p]),
+        (None, Some(q)) => format!("{}/{name}{}", &url[..q], &url[q..]),
+        (None, None) => format!("{url}/{name}"),
+    }
+}
+
+/// A fresh, empty database on the test PostgreSQL (`CAPDIR_TEST_POSTGRES`, default
+/// `DEFAULT_TEST_POSTGRES`; its role needs CREATEDB). `None` only when
+/// `CAPDIR_SKIP_POSTGRES_TESTS=1` opts out; an unreachable server fails the test, saying how
+/// to start one.
+pub async fn pg_database() -> Option<PgDatabase> {
+    if std::env::var("CAPDIR_SKIP_POSTGRES_TESTS").as_deref() == Ok("1") {
+        eprintln!("CAPDIR_SKIP_POSTGRES_TESTS=1: this PostgreSQL test is skipped");
+        return None;
+    }
+    let admin_url =
+        std::env::var("CAPDIR_TEST_POSTGRES").unwrap_or_else(|_| DEFAULT_TEST_POSTGRES.into());
+    let client = pg_connect(&admin_url).await;
+    let name = format!("capdir_t_{}", uuid::Uuid::new_v4().simple());
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap_or_else(|e| panic!("creating the test database {name}: {e:#}"));
+    Some(PgDatabase {
+        url: with_database(&admin_url, &name),
+        admin_url,
+        name,
+    })
+}
+
+/// A connection for the test itself, or a panic that says what to do.
+pub async fn pg_connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = match tokio_postgres::connect(url, tokio_postgres::NoTls).await {
+        Ok(c) => c,
+        Err(e) => panic!(
+            "PostgreSQL at {} is not reachable for the tests ({}). Run `.ci/deps` as root to \
+             install and start it, or point CAPDIR_TEST_POSTGRES at a role that may create \
+             databases; CAPDIR_SKIP_POSTGRES_TESTS=1 skips these tests.",
+            without_password(url),
+            error_chain(&e)
+        ),
+    };
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// An error and its causes, `: `-separated.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}
+
+/// A URL fit for a message: `user:password@` becomes `user@`.
+pub fn without_password(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    match (url[start..].find(':'), url[start..].find('@')) {
+        (Some(colon), Some(at)) if colon < at => {
+            format!("{}{}", &url[..start + colon], &url[start + at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl PgDatabase {
+    /// A connection to this test's database.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        pg_connect(&self.url).await
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        // Drop runs outside any runtime the test had; a thread with its own does the work.
+        let (admin, name) = (self.admin_url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                if let Ok((client, connection)) =
+                    tokio_postgres::connect(&admin, tokio_postgres::NoTls).await
+                {
+                    tokio::spawn(connection);
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            });
+        });
+        let _ = dropped.join();
+    }
+}

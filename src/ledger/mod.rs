@@ -1,0 +1,464 @@
+//! The ledger: every invocation's receipt, durable before its caller hears the answer, chained
+//! by SHA-256 so that editing or deleting one shows (DESIGN.md §7).
+//!
+//! Two backends stand behind one `Ledger` trait and pass one test suite (tests/ledger.rs):
+//! SQLite, the embedded default for one dispatcher, and PostgreSQL, for several dispatchers
+//! sharing one chain. Both append by group commit: one writer per process takes every receipt
+//! queued meanwhile and commits them in one transaction. What differs is how the chain stays
+//! one chain when several writers append: SQLite takes its write lock at the start of the
+//! transaction, PostgreSQL an advisory lock; both read the last link only once they hold it.
+
+pub mod postgres;
+pub mod sqlite;
+
+use crate::breaker::{Breaker, BreakerPolicy, BreakerStore};
+use crate::token::Claims;
+use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::oneshot;
+
+pub use sqlite::{SqliteLedger, get, parse_url, verify};
+
+/// What an invocation hands the ledger; the ledger adds the id's place in the chain.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Draft {
+    pub id: String,
+    pub key: String,
+    pub actor: String,
+    pub runner: String,
+    pub trace_id: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    pub cost_usd: Option<f64>,
+    pub input_sha256: String,
+    pub output_sha256: String,
+    pub contract_sha256: String,
+    pub catalogue_commit: String,
+    pub repairs: Option<String>,
+    /// The input with credentials redacted.
+    pub input: String,
+    /// The output with credentials redacted.
+    pub output: String,
+}
+
+/// A committed receipt: the draft, its place in the chain and the chain's hashes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Receipt {
+    pub seq: i64,
+    #[serde(flatten)]
+    pub draft: Draft,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// SHA-256 of text, hex.
+pub fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// A new receipt id: `inv_` and a UUIDv7 without dashes. Version 7 starts with the time, so
+/// ids made one after another sort together and the id index grows at its right edge (one
+/// page touched per commit rather than one per receipt); 74 random bits keep it unguessable.
+pub fn new_id() -> String {
+    format!("inv_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// The hash of a receipt: SHA-256 over the previous hash and the receipt's canonical JSON,
+/// `seq` first, then the draft's fields in declaration order (the hashes left out). `body` is
+/// the draft's JSON as `serde_json::to_string` writes it (and the ledger stores it): the
+/// canonical form is that object with `"seq":N,` put first, so the writer hashes without
+/// serialising again.
+fn chain_hash_body(prev_hash: &str, seq: i64, body: &str) -> String {
+    let fields = body.strip_prefix('{').unwrap_or(body);
+    let mut h = Sha256::new();
+    h.update(prev_hash.as_bytes());
+    h.update(format!("{{\"seq\":{seq},").as_bytes());
+    h.update(fields.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// The hash the first receipt chains from.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// One link of the chain as committed: `seq`, `prev_hash`, `hash`.
+type Link = (i64, String, String);
+
+/// Chain a batch onto the last link `(seq, hash)` (`(0, GENESIS)` when empty). Both backends
+/// call this while holding their append lock.
+fn link(last: (i64, String), jobs: &[Job]) -> Vec<Link> {
+    let (mut seq, mut prev) = last;
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        seq += 1;
+        let hash = chain_hash_body(&prev, seq, &job.body);
+        let prev_hash = std::mem::replace(&mut prev, hash.clone());
+        out.push((seq, prev_hash, hash));
+    }
+    out
+}
+
+/// A stored body back into a receipt.
+fn row_to_receipt(seq: i64, body: &str, prev_hash: String, hash: String) -> Result<Receipt> {
+    let draft: Draft = serde_json::from_str(body)
+        .map_err(|e| anyhow::anyhow!("receipt {seq}: the stored body is not a receipt: {e}"))?;
+    Ok(Receipt {
+        seq,
+        draft,
+        prev_hash,
+        hash,
+    })
+}
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A capability token the ledger knows of: minted here (its claims, never the token
+/// itself), revoked, or both. A token minted against another ledger can still be revoked
+/// here by id; it then has no claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenEntry {
+    pub id: String,
+    pub claims: Option<Claims>,
+    /// RFC 3339, when recorded by `capdir token mint`.
+    pub minted_at: Option<String>,
+    /// RFC 3339, when revoked.
+    pub revoked_at: Option<String>,
+}
+
+/// Now, as token records store it.
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A stored token row back into an entry.
+fn token_entry(
+    id: String,
+    claims: Option<String>,
+    minted_at: Option<String>,
+    revoked_at: Option<String>,
+) -> Result<TokenEntry> {
+    let claims = claims
+        .map(|c| serde_json::from_str(&c))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("token {id}: the stored claims cannot be read: {e}"))?;
+    Ok(TokenEntry {
+        id,
+        claims,
+        minted_at,
+        revoked_at,
+    })
+}
+
+/// Where receipts live, and the record of capability tokens (revocations must be seen by
+/// every dispatcher that shares the ledger, so they live beside the receipts).
+pub trait Ledger: Send + Sync {
+    /// Make the receipt durable and return it with its place in the chain.
+    fn append(&self, draft: Draft) -> BoxFuture<'_, Result<Receipt>>;
+    /// One receipt by id.
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>>;
+    /// Walk the whole chain from the first receipt; stop at the first broken link.
+    fn verify(&self) -> BoxFuture<'_, Result<Verdict>>;
+    /// Commits so far and their total time in seconds (for `/metrics`).
+    fn commit_stats(&self) -> (u64, f64);
+    /// Remember a minted token's claims under its id (for `capdir token list`). Recording
+    /// the same id again changes nothing.
+    fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>>;
+    /// Revoke a token by id, known here or not. True when this call revoked it; false when
+    /// it was revoked already. Revocation is permanent.
+    fn revoke<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// Has this token id been revoked? Asked on every invocation a token makes, so it must be
+    /// a cheap indexed lookup.
+    fn is_revoked<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>>;
+    /// Every token recorded or revoked, in the order they were first seen.
+    fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenEntry>>>;
+}
+
+/// What `verify` found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every link holds.
+    Intact { receipts: u64 },
+    /// The first receipt whose link does not hold, and why.
+    Broken { seq: i64, id: String, why: String },
+}
+
+/// The chain check both backends run over their rows, fed in `seq` order.
+struct Walk {
+    prev: String,
+    expected_seq: i64,
+    count: u64,
+}
+
+impl Walk {
+    fn new() -> Walk {
+        Walk {
+            prev: GENESIS.to_string(),
+            expected_seq: 1,
+            count: 0,
+        }
+    }
+
+    /// Check one stored row; `Some` is the first broken link.
+    fn step(
+        &mut self,
+        seq: i64,
+        id: &str,
+        body: &str,
+        prev_hash: &str,
+        hash: &str,
+    ) -> Result<Option<Verdict>> {
+        let broken = |why: String| {
+            Some(Verdict::Broken {
+                seq,
+                id: id.to_string(),
+                why,
+            })
+        };
+        if seq != self.expected_seq {
+            return Ok(broken(format!(
+                "expected receipt {} here: a receipt is missing",
+                self.expected_seq
+            )));
+        }
+        if prev_hash != self.prev {
+            return Ok(broken(
+                "prev_hash does not match the previous receipt's hash".into(),
+            ));
+        }
+        let draft: Draft = match serde_json::from_str(body) {
+            Ok(d) => d,
+            Err(e) => return Ok(broken(format!("the body is not a receipt: {e}"))),
+        };
+        if draft.id != id {
+            return Ok(broken(format!("the body names another id, {}", draft.id)));
+        }
+        if chain_hash_body(&self.prev, seq, body) != hash {
+            return Ok(broken(
+                "the hash does not match the receipt: it was edited".into(),
+            ));
+        }
+        self.prev = hash.to_string();
+        self.expected_seq += 1;
+        self.count += 1;
+        Ok(None)
+    }
+
+    fn finish(self) -> Verdict {
+        Verdict::Intact {
+            receipts: self.count,
+        }
+    }
+}
+
+/// One receipt waiting for the writer, and where to send its answer.
+struct Job {
+    draft: Draft,
+    /// The draft's JSON, made by the caller so the one writer does not.
+    body: String,
+    answer: oneshot::Sender<Result<Receipt, String>>,
+}
+
+impl Job {
+    fn new(draft: Draft) -> Result<(Job, oneshot::Receiver<Result<Receipt, String>>)> {
+        let body = serde_json::to_string(&draft)?;
+        let (answer, rx) = oneshot::channel();
+        Ok((
+            Job {
+                draft,
+                body,
+                answer,
+            },
+            rx,
+        ))
+    }
+}
+
+/// The most receipts one transaction takes; more wait for the next.
+const MAX_BATCH: usize = 4096;
+
+/// Await the writer's answer to one job.
+async fn answered(rx: oneshot::Receiver<Result<Receipt, String>>) -> Result<Receipt> {
+    match rx.await {
+        Ok(Ok(receipt)) => Ok(receipt),
+        Ok(Err(e)) => bail!("the ledger could not commit: {e}"),
+        Err(_) => bail!("the ledger writer has stopped"),
+    }
+}
+
+/// Commit counts and time, for `/metrics`.
+#[derive(Default)]
+struct Stats {
+    commits: AtomicU64,
+    micros: AtomicU64,
+}
+
+impl Stats {
+    fn add(&self, took: std::time::Duration) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> (u64, f64) {
+        (
+            self.commits.load(Ordering::Relaxed),
+            self.micros.load(Ordering::Relaxed) as f64 / 1e6,
+        )
+    }
+}
+
+/// Answer every job of a batch with its receipt, or all of them with the batch's error.
+fn answer_all(jobs: Vec<Job>, result: Result<Vec<Link>>) {
+    match result {
+        Ok(links) => {
+            for (job, (seq, prev_hash, hash)) in jobs.into_iter().zip(links) {
+                let receipt = Receipt {
+                    seq,
+                    draft: job.draft,
+                    prev_hash,
+                    hash,
+                };
+                let _ = job.answer.send(Ok(receipt));
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), batch = jobs.len(), "ledger commit failed");
+            for job in jobs {
+                let _ = job.answer.send(Err(format!("{e:#}")));
+            }
+        }
+    }
+}
+
+/// Where the ledger lives, from `--ledger`: `sqlite:PATH` (or a bare path) or
+/// `postgres://user:password@host:port/database` (`postgresql://` too).
+#[derive(Clone)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(Box<postgres::Url>),
+}
+
+impl Location {
+    pub fn parse(text: &str) -> Result<Location> {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Location::Postgres(Box::new(postgres::Url::parse(text)?)));
+        }
+        let path = parse_url(text);
+        if path.as_os_str().is_empty() {
+            bail!("--ledger is empty; use sqlite:PATH or postgres://user@host/database");
+        }
+        Ok(Location::Sqlite(path))
+    }
+
+    /// Open for appending: create the schema (or apply new migrations) and start the writer.
+    /// PostgreSQL needs a Tokio runtime; its writer is a task on it.
+    pub async fn open(&self) -> Result<Arc<dyn Ledger>> {
+        Ok(match self {
+            Location::Sqlite(path) => Arc::new(SqliteLedger::open(path)?),
+            Location::Postgres(url) => Arc::new(postgres::PgLedger::open(url).await?),
+        })
+    }
+
+    /// Walk the chain without opening a writer (`capdir ledger verify`).
+    pub async fn verify(&self) -> Result<Verdict> {
+        match self {
+            Location::Sqlite(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || verify(&path)).await?
+            }
+            Location::Postgres(url) => postgres::Reader::connect(url).await?.verify().await,
+        }
+    }
+
+    /// One receipt without opening a writer (`capdir ledger show`).
+    pub async fn get(&self, id: &str) -> Result<Option<Receipt>> {
+        match self {
+            Location::Sqlite(path) => get(path, id),
+            Location::Postgres(url) => postgres::Reader::connect(url).await?.get(id).await,
+        }
+    }
+
+    /// The circuit breakers' state: with PostgreSQL, in the ledger database, shared by every
+    /// dispatcher; with SQLite, in `<data_dir>/state.sqlite` as for the CLI alone.
+    pub fn breaker(&self, data_dir: &Path) -> Breaker {
+        match self {
+            Location::Sqlite(_) => Breaker::in_data_dir(data_dir),
+            Location::Postgres(url) => Breaker::new(
+                Arc::new(postgres::PgBreakerStore::new(url.as_ref().clone()))
+                    as Arc<dyn BreakerStore>,
+                BreakerPolicy::default(),
+            ),
+        }
+    }
+}
+
+/// Shown in logs and errors: a PostgreSQL password never appears.
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            Location::Postgres(url) => write!(f, "{url}"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Location({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The canonical JSON written out by serde, as the chain was first defined.
+    fn chain_hash_by_serde(prev_hash: &str, seq: i64, draft: &Draft) -> String {
+        #[derive(Serialize)]
+        struct Canonical<'a> {
+            seq: i64,
+            #[serde(flatten)]
+            draft: &'a Draft,
+        }
+        let body = serde_json::to_string(&Canonical { seq, draft }).unwrap();
+        sha256_hex(&format!("{prev_hash}{body}"))
+    }
+
+    #[test]
+    fn hashing_the_stored_body_equals_hashing_the_canonical_receipt() {
+        let d = Draft {
+            id: new_id(),
+            key: "K".into(),
+            actor: "owner".into(),
+            runner: "fn".into(),
+            trace_id: "t".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            finished_at: "2026-01-01T00:00:00Z".into(),
+            status: "PROVEN_MATERIAL_RESULT".into(),
+            error_code: Some("x".into()),
+            cost_usd: Some(0.125),
+            input_sha256: sha256_hex("a"),
+            output_sha256: sha256_hex("b"),
+            contract_sha256: sha256_hex("c"),
+            catalogue_commit: "abc".into(),
+            repairs: None,
+            input: "a".into(),
+            output: "quote \" and \u{e9} and \n".into(),
+        };
+        for seq in [1, 42, 1_000_000] {
+            let body = serde_json::to_string(&d).unwrap();
+            assert_eq!(
+                chain_hash_body(GENESIS, seq, &body),
+                chain_hash_by_serde(GENESIS, seq, &d)
+            );
+        }
+    }
+}

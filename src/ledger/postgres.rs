@@ -1,0 +1,612 @@
+//! The PostgreSQL ledger: one chain shared by several dispatchers (DESIGN.md §7).
+//!
+//! Each dispatcher keeps the group commit of the SQLite ledger: one writer task takes every
+//! receipt queued meanwhile and commits them in one transaction. Several writers may reach
+//! the database at once, so each batch transaction first takes a transaction-scoped advisory
+//! lock, and only then reads the last link (under READ COMMITTED each statement sees what was
+//! committed before it began, and PostgreSQL makes a commit visible before it releases the
+//! locks). The lock goes when the transaction ends, and when a killed dispatcher's connection
+//! drops. `seq`, `id` and `prev_hash` are unique besides, so a fork could not commit anyway.
+//!
+//! tokio-postgres rather than sqlx: the ledger runs a handful of fixed statements with no
+//! compile-time query checking wanted, and tokio-postgres is the smaller build, already on
+//! the Tokio runtime the dispatcher uses, and pipelines concurrent queries on one connection.
+//!
+//! Migrations are applied at start, under an advisory lock of their own, and recorded in
+//! `capdir_migrations`; a database migrated by a newer capdir is refused rather than guessed at.
+//! The circuit breakers' state lives here too (`breakers`), so every dispatcher sees one count.
+
+use super::{
+    BoxFuture, Draft, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk,
+    answer_all, answered, link, now_rfc3339, row_to_receipt, token_entry,
+};
+use crate::breaker::{BreakerState, BreakerStore};
+use crate::token::Claims;
+use anyhow::{Context as _, Result, bail};
+use chrono::{DateTime, TimeZone, Utc};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex, mpsc};
+use tokio_postgres::{Client, NoTls, Row, Statement};
+
+/// The advisory lock every batch transaction takes before it reads the last link.
+const APPEND_LOCK: i64 = 0x6361_7064_6972_0001;
+/// The advisory lock migrations run under, so dispatchers starting together migrate once.
+const MIGRATE_LOCK: i64 = 0x6361_7064_6972_0002;
+
+/// Schema changes in order; each runs once, in one transaction with its record.
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "receipts and breakers",
+        "CREATE TABLE receipts (
+       seq BIGINT PRIMARY KEY,
+       id TEXT NOT NULL UNIQUE,
+       body TEXT NOT NULL,
+       prev_hash TEXT NOT NULL UNIQUE,
+       hash TEXT NOT NULL,
+       committed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+     );
+     CREATE TABLE breakers (
+       name TEXT PRIMARY KEY,
+       failures INTEGER NOT NULL,
+       open_until BIGINT
+     );",
+    ),
+    (
+        2,
+        "capability tokens: minted claims and revocations",
+        "CREATE TABLE tokens (
+           n BIGSERIAL PRIMARY KEY,
+           id TEXT NOT NULL UNIQUE,
+           claims TEXT,
+           minted_at TEXT,
+           revoked_at TEXT
+         );",
+    ),
+];
+
+/// A `postgres://` URL: the text as given (password included, so it stays out of logs) and
+/// what it means. `Display` shows it without the password.
+#[derive(Clone)]
+pub struct Url {
+    config: tokio_postgres::Config,
+}
+
+impl Url {
+    pub fn parse(text: &str) -> Result<Url> {
+        let mut config: tokio_postgres::Config = text.parse().map_err(|e| {
+            anyhow::anyhow!(
+                "--ledger is not a PostgreSQL URL ({e}); use postgres://user:password@host:port/database"
+            )
+        })?;
+        if config.get_dbname().is_none() {
+            bail!("--ledger names no database; use postgres://user:password@host:port/database");
+        }
+        config.application_name("capdir");
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        Ok(Url { config })
+    }
+}
+
+impl std::fmt::Display for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.config;
+        write!(f, "postgres://")?;
+        if let Some(user) = c.get_user() {
+            write!(f, "{user}@")?;
+        }
+        for (i, host) in c.get_hosts().iter().enumerate() {
+            if i > 0 {
+                write!(f, ",")?;
+            }
+            match host {
+                tokio_postgres::config::Host::Tcp(h) => write!(f, "{h}")?,
+                #[cfg(unix)]
+                tokio_postgres::config::Host::Unix(p) => write!(f, "[{}]", p.display())?,
+            }
+            if let Some(port) = c.get_ports().get(i) {
+                write!(f, ":{port}")?;
+            }
+        }
+        write!(f, "/{}", c.get_dbname().unwrap_or(""))
+    }
+}
+
+/// A new connection, its I/O driven by a task on the current runtime.
+async fn connect(url: &Url) -> Result<Client> {
+    let (client, connection) = url
+        .config
+        .connect(NoTls)
+        .await
+        .with_context(|| format!("cannot connect to the ledger database {url}"))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "ledger database connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// Apply the migrations this capdir knows and the database lacks.
+async fn migrate(client: &mut Client, url: &Url) -> Result<()> {
+    let context = || format!("migrating the ledger database {url}");
+    let tx = client.transaction().await.with_context(context)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])
+        .await
+        .with_context(context)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS capdir_migrations (
+           version INTEGER PRIMARY KEY,
+           name TEXT NOT NULL,
+           applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+         )",
+    )
+    .await
+    .with_context(context)?;
+    let applied: Vec<i32> = tx
+        .query("SELECT version FROM capdir_migrations", &[])
+        .await
+        .with_context(context)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if let Some(newer) = applied.iter().copied().filter(|v| *v > known).max() {
+        bail!(
+            "the ledger database {url} is at schema version {newer}, newer than this capdir \
+             knows ({known}): upgrade this dispatcher"
+        );
+    }
+    for &(version, name, sql) in MIGRATIONS {
+        if applied.contains(&version) {
+            continue;
+        }
+        tx.batch_execute(sql)
+            .await
+            .with_context(|| format!("applying ledger migration {version} ({name})"))?;
+        tx.execute(
+            "INSERT INTO capdir_migrations (version, name) VALUES ($1, $2)",
+            &[&version, &name],
+        )
+        .await
+        .with_context(context)?;
+        tracing::info!(version, name, "ledger migration applied");
+    }
+    tx.commit().await.with_context(context)?;
+    Ok(())
+}
+
+/// The PostgreSQL ledger.
+pub struct PgLedger {
+    jobs: mpsc::UnboundedSender<Job>,
+    stats: Arc<Stats>,
+    reader: Reader,
+}
+
+impl PgLedger {
+    /// Connect, apply migrations and start the writer task (on the current runtime). Fails
+    /// at once when the database cannot be reached, so a dispatcher does not start without it.
+    pub async fn open(url: &Url) -> Result<PgLedger> {
+        let reader = Reader::connect(url).await?;
+        let writer_conn = WriterConn::open(url).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(Stats::default());
+        tokio::spawn(writer(url.clone(), Some(writer_conn), rx, stats.clone()));
+        Ok(PgLedger {
+            jobs: tx,
+            stats,
+            reader,
+        })
+    }
+}
+
+/// The writer's own connection with its two statements prepared.
+struct WriterConn {
+    client: Client,
+    lock: Statement,
+    last: Statement,
+    insert: Statement,
+}
+
+impl WriterConn {
+    async fn open(url: &Url) -> Result<WriterConn> {
+        let client = connect(url).await?;
+        // A dispatcher that stalls inside a batch must not hold the others up for long: its
+        // session is ended, its transaction rolled back and the lock released.
+        client
+            .batch_execute(
+                "SET idle_in_transaction_session_timeout = '15s'; SET lock_timeout = '30s'",
+            )
+            .await
+            .with_context(|| format!("setting up the ledger connection to {url}"))?;
+        let lock = client.prepare("SELECT pg_advisory_xact_lock($1)").await?;
+        let last = client
+            .prepare("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1")
+            .await?;
+        let insert = client
+            .prepare(
+                "INSERT INTO receipts (seq, id, body, prev_hash, hash)
+                 SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[])",
+            )
+            .await?;
+        Ok(WriterConn {
+            client,
+            lock,
+            last,
+            insert,
+        })
+    }
+
+    /// One batch in one transaction: lock, read the last link, insert, commit. The statements
+    /// are pipelined (sent without waiting for the previous answer; the server still runs them
+    /// one after another), so a batch costs two round trips: BEGIN, lock and read; then insert
+    /// and COMMIT. The read's snapshot is taken when it starts, after the lock is held. When
+    /// anything fails the caller drops the connection, and the server rolls back; a COMMIT
+    /// after a failed insert only ends the aborted transaction, and the insert's error counts.
+    async fn commit(&mut self, jobs: &[Job]) -> Result<Vec<Link>> {
+        let c = &self.client;
+        let (begun, locked, last) = tokio::join!(
+            c.batch_execute("BEGIN"),
+            c.execute(&self.lock, &[&APPEND_LOCK]),
+            c.query_opt(&self.last, &[]),
+        );
+        begun?;
+        locked?;
+        let last = match last? {
+            Some(row) => (row.get(0), row.get(1)),
+            None => (0, super::GENESIS.to_string()),
+        };
+        let links = link(last, jobs);
+        let seqs: Vec<i64> = links.iter().map(|l| l.0).collect();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.draft.id.as_str()).collect();
+        let bodies: Vec<&str> = jobs.iter().map(|j| j.body.as_str()).collect();
+        let prevs: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
+        let hashes: Vec<&str> = links.iter().map(|l| l.2.as_str()).collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [&seqs, &ids, &bodies, &prevs, &hashes];
+        let (inserted, committed) =
+            tokio::join!(c.execute(&self.insert, &params), c.batch_execute("COMMIT"),);
+        let inserted = inserted?;
+        committed?;
+        if inserted != jobs.len() as u64 {
+            bail!("{inserted} of {} receipts were inserted", jobs.len());
+        }
+        Ok(links)
+    }
+}
+
+async fn writer(
+    url: Url,
+    mut conn: Option<WriterConn>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    stats: Arc<Stats>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH
+            && let Ok(more) = rx.try_recv()
+        {
+            jobs.push(more);
+        }
+        let started = Instant::now();
+        let result = async {
+            if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
+                conn = Some(WriterConn::open(&url).await?);
+            }
+            match conn.as_mut() {
+                Some(c) => c.commit(&jobs).await,
+                None => bail!("no ledger connection"),
+            }
+        }
+        .await
+        .with_context(|| format!("committing {} receipts to {url}", jobs.len()));
+        if result.is_err() {
+            // Whatever state the connection is in, the next batch starts on a fresh one; the
+            // dropped connection's transaction is rolled back by the server.
+            conn = None;
+        }
+        stats.add(started.elapsed());
+        answer_all(jobs, result);
+    }
+}
+
+impl Ledger for PgLedger {
+    fn append(&self, draft: Draft) -> BoxFuture<'_, Result<Receipt>> {
+        Box::pin(async move {
+            let (job, rx) = Job::new(draft)?;
+            if self.jobs.send(job).is_err() {
+                bail!("the ledger writer has stopped");
+            }
+            answered(rx).await
+        })
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>> {
+        Box::pin(self.reader.get(id))
+    }
+
+    fn verify(&self) -> BoxFuture<'_, Result<Verdict>> {
+        Box::pin(self.reader.verify())
+    }
+
+    fn commit_stats(&self) -> (u64, f64) {
+        self.stats.read()
+    }
+
+    fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let json = serde_json::to_string(claims)?;
+            self.reader
+                .query(
+                    "INSERT INTO tokens (id, claims, minted_at) VALUES ($1, $2, $3)
+                     ON CONFLICT (id) DO UPDATE SET
+                       claims = coalesce(tokens.claims, excluded.claims),
+                       minted_at = coalesce(tokens.minted_at, excluded.minted_at)",
+                    &[&claims.id, &json, &now_rfc3339()],
+                )
+                .await
+                .with_context(|| format!("recording token {} in {}", claims.id, self.reader.url))?;
+            Ok(())
+        })
+    }
+
+    fn revoke<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            // RETURNING answers a row only when this statement inserted or changed one.
+            let rows = self
+                .reader
+                .query(
+                    "INSERT INTO tokens (id, revoked_at) VALUES ($1, $2)
+                     ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at
+                     WHERE tokens.revoked_at IS NULL
+                     RETURNING id",
+                    &[&id, &now_rfc3339()],
+                )
+                .await
+                .with_context(|| format!("revoking token {id} in {}", self.reader.url))?;
+            Ok(rows.len() == 1)
+        })
+    }
+
+    fn is_revoked<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let rows = self
+                .reader
+                .query(
+                    "SELECT 1 FROM tokens WHERE id = $1 AND revoked_at IS NOT NULL",
+                    &[&id],
+                )
+                .await
+                .with_context(|| format!("reading revocations from {}", self.reader.url))?;
+            Ok(!rows.is_empty())
+        })
+    }
+
+    fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenEntry>>> {
+        Box::pin(async move {
+            let rows = self
+                .reader
+                .query(
+                    "SELECT id, claims, minted_at, revoked_at FROM tokens ORDER BY n",
+                    &[],
+                )
+                .await
+                .with_context(|| format!("reading tokens from {}", self.reader.url))?;
+            rows.iter()
+                .map(|r| token_entry(r.get(0), r.get(1), r.get(2), r.get(3)))
+                .collect()
+        })
+    }
+}
+
+/// A shared connection for reads (receipts, breakers), opened on first use, migrated once,
+/// and opened again when it drops. Concurrent queries are pipelined on it.
+pub struct Reader {
+    url: Url,
+    conn: Mutex<Option<Arc<ReadConn>>>,
+    migrated: AtomicBool,
+}
+
+/// A read connection and the statements prepared on it, by their SQL.
+struct ReadConn {
+    client: Client,
+    statements: std::sync::Mutex<HashMap<&'static str, Statement>>,
+}
+
+type Params<'a> = &'a [&'a (dyn tokio_postgres::types::ToSql + Sync)];
+
+impl Reader {
+    /// A reader that connects on first use.
+    pub fn new(url: Url) -> Reader {
+        Reader {
+            url,
+            conn: Mutex::new(None),
+            migrated: AtomicBool::new(false),
+        }
+    }
+
+    /// A reader connected now (and the schema migrated), or the reason it cannot be.
+    pub async fn connect(url: &Url) -> Result<Reader> {
+        let reader = Reader::new(url.clone());
+        reader.conn().await?;
+        Ok(reader)
+    }
+
+    async fn conn(&self) -> Result<Arc<ReadConn>> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed()) {
+            return Ok(c.clone());
+        }
+        let mut client = connect(&self.url).await?;
+        if !self.migrated.load(Ordering::Acquire) {
+            migrate(&mut client, &self.url).await?;
+            self.migrated.store(true, Ordering::Release);
+        }
+        let conn = Arc::new(ReadConn {
+            client,
+            statements: std::sync::Mutex::new(HashMap::new()),
+        });
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Run one statement, prepared once per connection.
+    async fn query(&self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>> {
+        let conn = self.conn().await?;
+        let cached = conn
+            .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sql)
+            .cloned();
+        let statement = match cached {
+            Some(s) => s,
+            None => {
+                let s = conn.client.prepare(sql).await?;
+                conn.statements
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(sql, s.clone());
+                s
+            }
+        };
+        Ok(conn.client.query(&statement, params).await?)
+    }
+
+    /// One receipt by id.
+    pub async fn get(&self, id: &str) -> Result<Option<Receipt>> {
+        let rows = self
+            .query(
+                "SELECT seq, body, prev_hash, hash FROM receipts WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .with_context(|| format!("reading receipt {id} from {}", self.url))?;
+        rows.first()
+            .map(|r| row_to_receipt(r.get(0), r.get(1), r.get(2), r.get(3)))
+            .transpose()
+    }
+
+    /// Walk the chain in pages of `seq` order; stop at the first broken link.
+    pub async fn verify(&self) -> Result<Verdict> {
+        const PAGE: i64 = 5000;
+        let mut walk = Walk::new();
+        let mut after = 0i64;
+        loop {
+            let rows = self
+                .query(
+                    "SELECT seq, id, body, prev_hash, hash FROM receipts
+                     WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    &[&after, &PAGE],
+                )
+                .await
+                .with_context(|| format!("reading receipts from {}", self.url))?;
+            for r in &rows {
+                let seq: i64 = r.get(0);
+                if let Some(broken) = walk.step(seq, r.get(1), r.get(2), r.get(3), r.get(4))? {
+                    return Ok(broken);
+                }
+                after = seq;
+            }
+            if (rows.len() as i64) < PAGE {
+                return Ok(walk.finish());
+            }
+        }
+    }
+}
+
+/// Breaker state in the ledger database: every dispatcher counts the same rejections.
+pub struct PgBreakerStore {
+    reader: Reader,
+}
+
+impl PgBreakerStore {
+    /// Connects on first use, so commands that never send a credential never connect.
+    pub fn new(url: Url) -> PgBreakerStore {
+        PgBreakerStore {
+            reader: Reader::new(url),
+        }
+    }
+
+    async fn query(&self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>, String> {
+        self.reader
+            .query(sql, params)
+            .await
+            .map_err(|e| format!("breaker state in {}: {e:#}", self.reader.url))
+    }
+}
+
+fn state(row: &Row, at: usize) -> BreakerState {
+    let failures: i32 = row.get(at);
+    let open_until: Option<i64> = row.get(at + 1);
+    BreakerState {
+        failures: failures.max(0) as u32,
+        open_until: open_until.and_then(|s| Utc.timestamp_opt(s, 0).single()),
+    }
+}
+
+impl BreakerStore for PgBreakerStore {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BreakerState, String>> {
+        Box::pin(async move {
+            let rows = self
+                .query(
+                    "SELECT failures, open_until FROM breakers WHERE name = $1",
+                    &[&name],
+                )
+                .await?;
+            Ok(rows.first().map(|r| state(r, 0)).unwrap_or_default())
+        })
+    }
+
+    fn record_rejection<'a>(
+        &'a self,
+        name: &'a str,
+        threshold: u32,
+        until: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<BreakerState, String>> {
+        Box::pin(async move {
+            let threshold = i32::try_from(threshold).unwrap_or(i32::MAX);
+            // One statement, so concurrent dispatchers cannot lose a count.
+            let rows = self
+                .query(
+                    "INSERT INTO breakers AS b (name, failures, open_until)
+                     VALUES ($1, 1, CASE WHEN $2::int4 <= 1 THEN $3::int8 END)
+                     ON CONFLICT (name) DO UPDATE SET
+                       failures = b.failures + 1,
+                       open_until = CASE WHEN b.failures + 1 >= $2::int4 THEN $3::int8
+                                         ELSE b.open_until END
+                     RETURNING failures, open_until",
+                    &[&name, &threshold, &until.timestamp()],
+                )
+                .await?;
+            rows.first()
+                .map(|r| state(r, 0))
+                .ok_or_else(|| "breaker state: the update returned nothing".to_string())
+        })
+    }
+
+    fn clear<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.query("DELETE FROM breakers WHERE name = $1", &[&name])
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, BreakerState)>, String>> {
+        Box::pin(async move {
+            let rows = self
+                .query(
+                    "SELECT name, failures, open_until FROM breakers ORDER BY name",
+                    &[],
+                )
+                .await?;
+            Ok(rows.iter().map(|r| (r.get(0), state(r, 1))).collect())
+        })
+    }
+}

@@ -1,0 +1,254 @@
+//! The SQLite ledger, the embedded default: one file in WAL mode with `synchronous=FULL`.
+//!
+//! Receipts are appended by one writer thread that owns the connection. Callers send a draft
+//! over a channel; the writer takes every draft that queued up meanwhile, commits them in one
+//! transaction (one fsync for the batch: group commit) and answers each caller through its
+//! oneshot. The transaction is IMMEDIATE, so it holds the write lock before it reads the last
+//! link: two processes on the same file wait for each other instead of forking the chain.
+
+use super::{
+    BoxFuture, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
+    answered, link, now_rfc3339, row_to_receipt, token_entry,
+};
+use crate::token::Claims;
+use anyhow::{Context as _, Result, bail};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// The SQLite ledger (WAL, `synchronous=FULL`).
+pub struct SqliteLedger {
+    path: PathBuf,
+    jobs: mpsc::UnboundedSender<Job>,
+    stats: Arc<Stats>,
+    /// A second connection for the token record: rare writes, one lookup per token call.
+    tokens: Arc<Mutex<Connection>>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS receipts (
+  seq INTEGER PRIMARY KEY NOT NULL,
+  id TEXT NOT NULL UNIQUE,
+  body TEXT NOT NULL,
+  prev_hash TEXT NOT NULL,
+  hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+  n INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  claims TEXT,
+  minted_at TEXT,
+  revoked_at TEXT
+);";
+
+fn open_db(path: &Path) -> Result<Connection> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the ledger directory {}", dir.display()))?;
+    }
+    let db =
+        Connection::open(path).with_context(|| format!("opening ledger {}", path.display()))?;
+    db.pragma_update(None, "journal_mode", "WAL")?;
+    db.pragma_update(None, "synchronous", "FULL")?;
+    db.busy_timeout(std::time::Duration::from_secs(5))?;
+    db.execute_batch(SCHEMA)?;
+    Ok(db)
+}
+
+/// `sqlite:PATH` (or a bare path) to a path.
+pub fn parse_url(url: &str) -> PathBuf {
+    PathBuf::from(url.strip_prefix("sqlite:").unwrap_or(url))
+}
+
+impl SqliteLedger {
+    /// Open (or create) the ledger and start its writer thread.
+    pub fn open(path: &Path) -> Result<SqliteLedger> {
+        let db = open_db(path)?;
+        let tokens = open_db(path)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(Stats::default());
+        let writer_stats = stats.clone();
+        std::thread::Builder::new()
+            .name("capdir-ledger".into())
+            .spawn(move || writer(db, rx, &writer_stats))?;
+        Ok(SqliteLedger {
+            path: path.to_path_buf(),
+            jobs: tx,
+            stats,
+            tokens: Arc::new(Mutex::new(tokens)),
+        })
+    }
+}
+
+fn last_link(db: &Connection) -> rusqlite::Result<(i64, String)> {
+    Ok(db
+        .prepare_cached("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((0, super::GENESIS.to_string())))
+}
+
+/// Commit one batch of receipts in one transaction (one fsync) and return their links.
+fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
+    let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let links = link(last_link(&tx)?, jobs);
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO receipts (seq, id, body, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (job, (seq, prev_hash, hash)) in jobs.iter().zip(&links) {
+            insert.execute(params![seq, job.draft.id, job.body, prev_hash, hash])?;
+        }
+    }
+    tx.commit()?;
+    Ok(links)
+}
+
+fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH
+            && let Ok(more) = rx.try_recv()
+        {
+            jobs.push(more);
+        }
+        let started = Instant::now();
+        let result = commit_batch(&mut db, &jobs);
+        stats.add(started.elapsed());
+        answer_all(jobs, result);
+    }
+}
+
+fn read_only(path: &Path) -> Result<Connection> {
+    Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .with_context(|| format!("opening ledger {}", path.display()))
+}
+
+impl Ledger for SqliteLedger {
+    fn append(&self, draft: super::Draft) -> BoxFuture<'_, Result<Receipt>> {
+        Box::pin(async move {
+            let (job, rx) = Job::new(draft)?;
+            if self.jobs.send(job).is_err() {
+                bail!("the ledger writer has stopped");
+            }
+            answered(rx).await
+        })
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>> {
+        let (path, id) = (self.path.clone(), id.to_string());
+        Box::pin(async move { tokio::task::spawn_blocking(move || get(&path, &id)).await? })
+    }
+
+    fn verify(&self) -> BoxFuture<'_, Result<Verdict>> {
+        let path = self.path.clone();
+        Box::pin(async move { tokio::task::spawn_blocking(move || verify(&path)).await? })
+    }
+
+    fn commit_stats(&self) -> (u64, f64) {
+        self.stats.read()
+    }
+
+    fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>> {
+        let claims = claims.clone();
+        self.on_tokens(move |db| {
+            db.execute(
+                "INSERT INTO tokens (id, claims, minted_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET claims = coalesce(claims, excluded.claims),
+                   minted_at = coalesce(minted_at, excluded.minted_at)",
+                params![claims.id, serde_json::to_string(&claims)?, now_rfc3339()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn revoke<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        let id = id.to_string();
+        self.on_tokens(move |db| {
+            let changed = db.execute(
+                "INSERT INTO tokens (id, revoked_at) VALUES (?1, ?2)
+                 ON CONFLICT (id) DO UPDATE SET revoked_at = excluded.revoked_at
+                 WHERE revoked_at IS NULL",
+                params![id, now_rfc3339()],
+            )?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn is_revoked<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>> {
+        let id = id.to_string();
+        self.on_tokens(move |db| {
+            let mut stmt =
+                db.prepare_cached("SELECT 1 FROM tokens WHERE id = ?1 AND revoked_at IS NOT NULL")?;
+            Ok(stmt.exists([id])?)
+        })
+    }
+
+    fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenEntry>>> {
+        self.on_tokens(|db| {
+            let mut stmt =
+                db.prepare("SELECT id, claims, minted_at, revoked_at FROM tokens ORDER BY n")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, claims, minted_at, revoked_at) = row?;
+                out.push(token_entry(id, claims, minted_at, revoked_at)?);
+            }
+            Ok(out)
+        })
+    }
+}
+
+impl SqliteLedger {
+    /// Run `f` on the token connection off the async threads.
+    fn on_tokens<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T>> {
+        let tokens = self.tokens.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let db = tokens.lock().unwrap_or_else(|p| p.into_inner());
+                f(&db)
+            })
+            .await?
+        })
+    }
+}
+
+/// One receipt by id, read from the file.
+pub fn get(path: &Path, id: &str) -> Result<Option<Receipt>> {
+    let db = read_only(path)?;
+    let found = db
+        .query_row(
+            "SELECT seq, body, prev_hash, hash FROM receipts WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?;
+    found
+        .map(|(seq, body, prev, hash)| row_to_receipt(seq, &body, prev, hash))
+        .transpose()
+}
+
+/// Walk the chain from the first receipt; stop at the first broken link.
+pub fn verify(path: &Path) -> Result<Verdict> {
+    if !path.exists() {
+        bail!("no ledger at {}", path.display());
+    }
+    let db = read_only(path)?;
+    let mut stmt =
+        db.prepare("SELECT seq, id, body, prev_hash, hash FROM receipts ORDER BY seq")?;
+    let mut rows = stmt.query([])?;
+    let mut walk = Walk::new();
+    while let Some(r) = rows.next()? {
+        let (seq, id, body, prev_hash, hash): (i64, String, String, String, String) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
+        if let Some(broken) = walk.step(seq, &id, &body, &prev_hash, &hash)? {
+            return Ok(broken);
+        }
+    }
+    Ok(walk.finish())
+}
