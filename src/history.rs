@@ -177,7 +177,10 @@ impl Walker<'_> {
         // Parents are walked just before their children: a few recent trees are all that
         // is ever looked up again.
         if self.trees.len() > 8 {
-            let evicted = self.trees.drain().filter_map(|(_, t)| Arc::try_unwrap(t).ok());
+            let evicted = self
+                .trees
+                .drain()
+                .filter_map(|(_, t)| Arc::try_unwrap(t).ok());
             self.spare.extend(evicted);
         }
         self.trees.insert(id, data.clone());
