@@ -315,11 +315,28 @@ pub fn save_cache(history: &History, dir: &Path, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The delta-base cache of the history walk.
-const PACK_CACHE_BYTES: usize = 256 * 1024 * 1024;
+/// The delta-base cache of each history walker.
+const PACK_CACHE_BYTES: usize = 192 * 1024 * 1024;
+/// Fewer commits than this per walker are walked by one thread.
+const MIN_SPAN: usize = 256;
+/// Walkers at once, at most (each holds its own caches).
+const MAX_SPANS: usize = 4;
 
-fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
-    let (mut repo, rel) = git::locate(dir)?;
+/// A commit and its parents.
+type Link = (ObjectId, Vec<ObjectId>);
+
+/// The row files one commit changed, and how.
+type Changed = Vec<(String, ChangeKind)>;
+
+/// What one walker found: per commit that changed rows, the commit and the changes.
+struct Span {
+    partial: bool,
+    changes: Vec<(Arc<CommitInfo>, Changed)>,
+}
+
+/// A repository handle for one walker thread, with its own object and delta-base caches.
+fn open_for_walk(dir: &Path) -> Result<gix::Repository> {
+    let (mut repo, _) = git::locate(dir)?;
     repo.object_cache_size_if_unset(64 * 1024 * 1024);
     // Trees are stored as deltas on each other; without a cache of decoded bases every
     // lookup replays its whole delta chain. Successive commits share bases, so a cache
@@ -329,6 +346,58 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
             PACK_CACHE_BYTES,
         ))
     });
+    Ok(repo)
+}
+
+/// Walk consecutive commits, oldest first, and name the row files each one changed.
+fn walk_span(repo: &gix::Repository, rel: std::path::PathBuf, commits: &[Link]) -> Result<Span> {
+    let mut w = Walker {
+        repo,
+        rel,
+        subtree_of: HashMap::new(),
+        trees: HashMap::new(),
+        spare: Vec::new(),
+    };
+    let mut span = Span {
+        partial: false,
+        changes: Vec::new(),
+    };
+    let mut changed = Vec::new();
+    for (id, parent_ids) in commits {
+        let sub = w.subtree(*id)?;
+        let mut parents = Vec::new();
+        for p in parent_ids {
+            match w.subtree(*p) {
+                Ok(s) => parents.push(s),
+                Err(_) => span.partial = true,
+            }
+        }
+        if parents.contains(&sub) {
+            continue;
+        }
+        changed.clear();
+        let now = w.tree(sub)?;
+        let first = w.tree(parents.first().copied().flatten())?;
+        diff(&now, &first, &mut changed);
+        // A merge reports only what differs from every parent: what the merge itself did.
+        for p in parents.iter().skip(1) {
+            let other = w.tree(*p)?;
+            let mut against_other = Vec::new();
+            diff(&now, &other, &mut against_other);
+            changed.retain(|c| against_other.contains(c));
+        }
+        if changed.is_empty() {
+            continue;
+        }
+        let commit = repo.find_object(*id)?.try_into_commit()?;
+        span.changes
+            .push((Arc::new(commit_info(&commit)), std::mem::take(&mut changed)));
+    }
+    Ok(span)
+}
+
+fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
+    let (repo, rel) = git::locate(dir)?;
     let head = repo
         .head_id()
         .map_err(|e| anyhow::anyhow!("no commits yet: {e}"))?;
@@ -352,55 +421,61 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
         _ => None,
     };
     let hidden: Vec<ObjectId> = known.iter().map(|(id, _)| *id).collect();
-    let mut w = Walker {
-        repo: &repo,
-        rel,
-        subtree_of: HashMap::new(),
-        trees: HashMap::new(),
-        spare: Vec::new(),
-    };
-    let mut changed = Vec::new();
     // Oldest first. Packs store a tree as a delta on an older one; decoded trees are cached,
     // so in this order each lookup applies one delta to its cached base, where newest first
     // would replay the whole chain for every commit.
-    let commits = repo
+    let mut commits = repo
         .rev_walk([head.detach()])
         .with_hidden(hidden)
         .all()?
-        .collect::<Result<Vec<_>, _>>()?;
-    for info in commits.into_iter().rev() {
-        history.commits_walked += 1;
-        let sub = w.subtree(info.id)?;
-        let mut parents = Vec::new();
-        for p in info.parent_ids() {
-            match w.subtree(p.detach()) {
-                Ok(s) => parents.push(s),
-                Err(_) => history.partial = true,
+        .map(|info| info.map(|i| (i.id, i.parent_ids().map(|p| p.detach()).collect())))
+        .collect::<Result<Vec<Link>, _>>()?;
+    commits.reverse();
+    history.commits_walked = commits.len();
+    // The commits are split into consecutive spans walked at once, one per core; each span
+    // pays one delta chain at its start, then runs like the whole walk would.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spans = if commits.len() < MIN_SPAN * 2 {
+        1
+    } else {
+        cores.min(MAX_SPANS)
+    };
+    // A catalogue grows, so later trees are larger: cut where the running sum of tree sizes,
+    // taken as growing with the commit's position, splits evenly (at n·√(k/spans)).
+    let n = commits.len();
+    let cuts: Vec<usize> = (0..=spans)
+        .map(|k| ((n as f64) * (k as f64 / spans as f64).sqrt()).round() as usize)
+        .map(|c| c.min(n))
+        .collect();
+    // Each walker opens the repository itself: gix's handles are not shared across threads
+    // in this build (no `parallel` feature).
+    let walked: Vec<Result<Span>> = std::thread::scope(|s| {
+        let handles: Vec<_> = cuts
+            .windows(2)
+            .map(|w| &commits[w[0]..w[1]])
+            .map(|chunk| {
+                let rel = rel.clone();
+                s.spawn(move || walk_span(&open_for_walk(dir)?, rel, chunk))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a history walker panicked")))
+            })
+            .collect()
+    });
+    for span in walked {
+        let span = span?;
+        history.partial |= span.partial;
+        for (info, changed) in span.changes {
+            for (name, kind) in changed {
+                history.files.entry(name).or_default().push(Change {
+                    kind,
+                    commit: info.clone(),
+                });
             }
-        }
-        if parents.contains(&sub) {
-            continue;
-        }
-        changed.clear();
-        let now = w.tree(sub)?;
-        let first = w.tree(parents.first().copied().flatten())?;
-        diff(&now, &first, &mut changed);
-        // A merge reports only what differs from every parent: what the merge itself did.
-        for p in parents.iter().skip(1) {
-            let other = w.tree(*p)?;
-            let mut against_other = Vec::new();
-            diff(&now, &other, &mut against_other);
-            changed.retain(|c| against_other.contains(c));
-        }
-        if changed.is_empty() {
-            continue;
-        }
-        let info = Arc::new(commit_info(&info.object()?));
-        for (name, kind) in changed.drain(..) {
-            history.files.entry(name).or_default().push(Change {
-                kind,
-                commit: info.clone(),
-            });
         }
     }
     if let Some((_, cache)) = known {
