@@ -19,14 +19,18 @@ for n in "${sizes[@]}"; do
   if [ ! -d "$dir/catalogue" ]; then
     python3 bench/gen_catalogue.py "$dir" "$n" "$((n / 10))" >/dev/null
   fi
-  rm -rf "$dir/site"
+  rm -rf "$dir/site" "$dir/hugo/public"
+  # Each timed command starts with the disk settled, so none pays for another's writeback.
+  sync
   commits=$(git -C "$dir" rev-list --count HEAD)
   read -r cs cm < <(cd "$dir" && peak "$CAPDIR" build catalogue --out site)
-  read -r hs hm < <(cd "$dir/hugo" && rm -rf public && peak hugo --quiet)
+  sync
+  read -r hs hm < <(cd "$dir/hugo" && peak hugo --quiet)
   # One row changes and is committed; build again.
   f=$(find "$dir/catalogue" -name '*.yaml' -print -quit)
   sed -i 's/# OUTPUT: text/# OUTPUT: text, edited/' "$f"
   git -C "$dir" -c user.name=B -c user.email=b@example.com commit -qam "edit one row"
+  sync
   read -r rs _ < <(cd "$dir" && peak "$CAPDIR" build catalogue --out site)
   ratio=$(python3 -c "print(f'{$cs / $hs:.2f}')")
   echo "| $n | $commits | $cs | $((cm / 1024)) | $hs | $((hm / 1024)) | $ratio | $rs |"
