@@ -7,7 +7,7 @@
 mod common;
 
 use capdir::build::{self, Options};
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -43,42 +43,6 @@ fn start(dir: &Path, port: u16, ledger: &str, name: &str) -> Child {
         .expect("spawn capdir serve")
 }
 
-async fn wait_ready(client: &reqwest::Client, port: u16, server: &mut Child) {
-    let started = Instant::now();
-    loop {
-        let url = format!("http://127.0.0.1:{port}/api/dispatch?map=1");
-        if let Ok(r) = client.get(url).send().await
-            && r.status() == 200
-        {
-            return;
-        }
-        if let Ok(Some(status)) = server.try_wait() {
-            panic!("capdir serve on port {port} exited before it was ready: {status}");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "capdir serve on port {port} did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// One invocation; the receipt id when the dispatcher acknowledged it.
-async fn invoke(client: &reqwest::Client, port: u16, body: &str) -> Option<String> {
-    let res = client
-        .post(format!("http://127.0.0.1:{port}/api/dispatch"))
-        .header("x-owner-key", OWNER)
-        .json(&json!({"key": "ECHO", "body": body}))
-        .send()
-        .await
-        .ok()?;
-    if res.status() != 200 {
-        return None;
-    }
-    let v: Json = res.json().await.ok()?;
-    v["receipt"].as_str().map(str::to_string)
-}
-
 type Acked = Arc<Mutex<Vec<String>>>;
 
 fn count(acked: &Acked) -> usize {
@@ -110,8 +74,8 @@ async fn two_dispatchers_one_chain_survive_a_sigkill() {
     let client = reqwest::Client::new();
     let mut a = start(dir.path(), port_a, &db.url, "data-a");
     let mut b = start(dir.path(), port_b, &db.url, "data-b");
-    wait_ready(&client, port_a, &mut a).await;
-    wait_ready(&client, port_b, &mut b).await;
+    common::wait_ready(&client, port_a, &mut a).await;
+    common::wait_ready(&client, port_b, &mut b).await;
 
     // Four clients on each dispatcher. Those on A stop at their first failure (A is killed);
     // those on B go on until told to stop. Every loop is bounded in calls.
@@ -132,7 +96,9 @@ async fn two_dispatchers_one_chain_survive_a_sigkill() {
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                match invoke(&client, port, &format!("client {c} call {i}")).await {
+                match common::invoke_echo(&client, port, OWNER, &format!("client {c} call {i}"))
+                    .await
+                {
                     Some(id) => acked.lock().expect("lock").push(id),
                     None if port == port_a => break,
                     None => failures += 1,
@@ -168,8 +134,8 @@ async fn two_dispatchers_one_chain_survive_a_sigkill() {
 
     // A restarted on the same database appends again.
     let mut a = start(dir.path(), port_a, &db.url, "data-a");
-    wait_ready(&client, port_a, &mut a).await;
-    let after = invoke(&client, port_a, "after the restart")
+    common::wait_ready(&client, port_a, &mut a).await;
+    let after = common::invoke_echo(&client, port_a, OWNER, "after the restart")
         .await
         .expect("the restarted dispatcher invokes");
     for server in [&mut a, &mut b] {

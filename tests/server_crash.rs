@@ -2,9 +2,10 @@
 //! invoke, then restarted on the same ledger. Every invocation a client saw acknowledged must
 //! have exactly one receipt, and the chain must verify.
 
+mod common;
+
 use capdir::build::{self, Options};
 use rusqlite::Connection;
-use serde_json::{Value as Json, json};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -36,38 +37,6 @@ fn start(dir: &Path, port: u16) -> Child {
         .expect("spawn capdir serve")
 }
 
-async fn wait_ready(client: &reqwest::Client, port: u16) {
-    let started = Instant::now();
-    loop {
-        let url = format!("http://127.0.0.1:{port}/api/dispatch?map=1");
-        if let Ok(r) = client.get(url).send().await
-            && r.status() == 200
-        {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn invoke(client: &reqwest::Client, port: u16, body: &str) -> Option<String> {
-    let res = client
-        .post(format!("http://127.0.0.1:{port}/api/dispatch"))
-        .header("x-owner-key", OWNER)
-        .json(&json!({"key": "ECHO", "body": body}))
-        .send()
-        .await
-        .ok()?;
-    if res.status() != 200 {
-        return None;
-    }
-    let v: Json = res.json().await.ok()?;
-    v["receipt"].as_str().map(str::to_string)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_invocations_survive_sigkill() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -76,7 +45,7 @@ async fn acknowledged_invocations_survive_sigkill() {
     let port = free_port();
     let client = reqwest::Client::new();
     let mut server = start(dir.path(), port);
-    wait_ready(&client, port).await;
+    common::wait_ready(&client, port, &mut server).await;
 
     let acked = Arc::new(Mutex::new(Vec::new()));
     let mut clients = Vec::new();
@@ -84,7 +53,9 @@ async fn acknowledged_invocations_survive_sigkill() {
         let (client, acked) = (client.clone(), acked.clone());
         clients.push(tokio::spawn(async move {
             for i in 0.. {
-                match invoke(&client, port, &format!("client {c} call {i}")).await {
+                match common::invoke_echo(&client, port, OWNER, &format!("client {c} call {i}"))
+                    .await
+                {
                     Some(id) => acked.lock().expect("lock").push(id),
                     None => break,
                 }
@@ -109,8 +80,8 @@ async fn acknowledged_invocations_survive_sigkill() {
     );
 
     let mut server = start(dir.path(), port);
-    wait_ready(&client, port).await;
-    let after = invoke(&client, port, "after the restart").await;
+    common::wait_ready(&client, port, &mut server).await;
+    let after = common::invoke_echo(&client, port, OWNER, "after the restart").await;
     assert!(after.is_some(), "the restarted server invokes");
     server.kill().expect("kill");
     server.wait().expect("reap");

@@ -356,3 +356,47 @@ impl Drop for PgDatabase {
         let _ = dropped.join();
     }
 }
+
+/// Wait until the `capdir serve` on `port` answers `?map=1`; fail if it exits first or does
+/// not answer within 30 s.
+pub async fn wait_ready(client: &reqwest::Client, port: u16, server: &mut std::process::Child) {
+    let started = std::time::Instant::now();
+    loop {
+        let url = format!("http://127.0.0.1:{port}/api/dispatch?map=1");
+        if let Ok(r) = client.get(url).send().await
+            && r.status() == 200
+        {
+            return;
+        }
+        if let Ok(Some(status)) = server.try_wait() {
+            panic!("capdir serve on port {port} exited before it was ready: {status}");
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "capdir serve on port {port} did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// One invocation of ECHO with the owner key; the receipt id when the dispatcher
+/// acknowledged it (200), `None` for anything else.
+pub async fn invoke_echo(
+    client: &reqwest::Client,
+    port: u16,
+    owner: &str,
+    body: &str,
+) -> Option<String> {
+    let res = client
+        .post(format!("http://127.0.0.1:{port}/api/dispatch"))
+        .header("x-owner-key", owner)
+        .json(&json!({"key": "ECHO", "body": body}))
+        .send()
+        .await
+        .ok()?;
+    if res.status() != 200 {
+        return None;
+    }
+    let v: Json = res.json().await.ok()?;
+    v["receipt"].as_str().map(str::to_string)
+}
