@@ -176,20 +176,20 @@ pub async fn dispatch(
             ));
         }
     }
-    let input_text = match (&request.body, &request.args) {
-        (_, Some(args)) => Json::Object(args.clone()).to_string(),
-        (body, None) => body.clone().unwrap_or_default(),
-    };
+    // What runs: what the caller sent, or the token's fixed body put in its place above.
+    let input_text = sent_input
+        .or_else(|| request.body.clone())
+        .unwrap_or_default();
     let input = match request.args {
         Some(args) => Input::Args(args),
         None => Input::Body(request.body.unwrap_or_default()),
     };
-    let secrets = state.inner.keys.secret_values();
+    let secrets = &state.inner.secrets;
     let started_at = now_rfc3339();
     let outcome = live.invoker.invoke(&request.key, input).await;
     let finished_at = now_rfc3339();
     // Redacted once: the receipt stores it and the caller is answered with it.
-    let output = crate::secrets::redact(&outcome.output, &secrets);
+    let output = crate::secrets::redact(&outcome.output, secrets);
     let draft = Draft {
         id: ledger::new_id(),
         key: outcome.key.clone(),
@@ -206,7 +206,7 @@ pub async fn dispatch(
         contract_sha256,
         catalogue_commit: live.info.commit.clone(),
         repairs: request.repairs,
-        input: crate::secrets::redact(&input_text, &secrets),
+        input: crate::secrets::redact(&input_text, secrets),
         output: output.clone(),
     };
     let receipt = append(state, draft).await?;
@@ -322,7 +322,7 @@ impl Gate<'_> {
         code: &str,
         message: &str,
     ) -> Result<Receipt, ApiError> {
-        let secrets = self.state.inner.keys.secret_values();
+        let secrets = &self.state.inner.secrets;
         let output = format!("ERR:{code}:{message}");
         let now = now_rfc3339();
         let draft = Draft {
@@ -341,8 +341,8 @@ impl Gate<'_> {
             contract_sha256: callable.map(|c| c.fingerprint.clone()).unwrap_or_default(),
             catalogue_commit: self.live.info.commit.clone(),
             repairs: None,
-            input: crate::secrets::redact(self.input, &secrets),
-            output: crate::secrets::redact(&output, &secrets),
+            input: crate::secrets::redact(self.input, secrets),
+            output: crate::secrets::redact(&output, secrets),
         };
         append(self.state, draft).await
     }

@@ -204,6 +204,8 @@ pub(crate) struct Shared {
     pub(crate) config: InvokerConfig,
     pub(crate) ledger: Arc<dyn Ledger>,
     pub(crate) keys: Keys,
+    /// `keys.secret_values()`, taken once: every receipt and answer is redacted with them.
+    pub(crate) secrets: Vec<String>,
     pub(crate) open: bool,
     pub(crate) urls: Urls,
     pub(crate) body_limit: usize,
@@ -256,16 +258,18 @@ impl Settings {
 impl AppState {
     pub fn new(settings: Settings) -> anyhow::Result<AppState> {
         let live = Live::load(&settings.site, &settings.config)?;
+        let keys = Keys {
+            owner: settings.owner_key.filter(|k| !k.is_empty()),
+            token: settings.token_key,
+        };
         Ok(AppState {
             inner: Arc::new(Shared {
+                secrets: keys.secret_values(),
                 site: settings.site,
                 live: ArcSwap::from_pointee(live),
                 config: settings.config,
                 ledger: settings.ledger,
-                keys: Keys {
-                    owner: settings.owner_key.filter(|k| !k.is_empty()),
-                    token: settings.token_key,
-                },
+                keys,
                 open: settings.open,
                 urls: Urls::new(&settings.base_url),
                 body_limit: settings.body_limit,
@@ -276,11 +280,6 @@ impl AppState {
                 mcp: mcp::Endpoint::new(settings.mcp),
             }),
         })
-    }
-
-    /// The owner key, when one is set.
-    pub fn owner_key(&self) -> Option<&str> {
-        self.inner.keys.owner.as_deref()
     }
 
     /// What credentials are checked against (for `auth::authenticate`).

@@ -7,14 +7,12 @@ mod common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use capdir::build::{self, Options};
 use capdir::ledger::{self, SqliteLedger};
 use capdir::mcp::{self, Projection};
 use capdir::server::{AppState, Settings, app};
 use common::{Repo, fixture, fn_row};
 use http_body_util::BodyExt;
 use serde_json::{Value as Json, json};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -23,22 +21,7 @@ use tower::ServiceExt;
 const OWNER: &str = "mcp-owner-key-456";
 const V: &str = "2025-06-18";
 
-struct Fixture {
-    repo: Repo,
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    fn site(&self) -> PathBuf {
-        self.dir.path().join("site")
-    }
-    fn ledger_path(&self) -> PathBuf {
-        self.dir.path().join("ledger.sqlite")
-    }
-    fn build(&self) {
-        build::run(&Options::new(self.repo.catalogue(), self.site())).expect("build");
-    }
-}
+type Fixture = common::Built;
 
 /// The good fixture rows (five planner-visible, one prompt block that is not) and a disabled
 /// row, built into a site.
@@ -65,12 +48,7 @@ fn fixture_site() -> Fixture {
         ),
     );
     repo.commit("Add the rows", "2024-01-01T10:00:00Z");
-    let f = Fixture {
-        repo,
-        dir: tempfile::tempdir().expect("tempdir"),
-    };
-    f.build();
-    f
+    Fixture::new(repo)
 }
 
 const VISIBLE: [&str; 5] = [

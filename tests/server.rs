@@ -5,35 +5,18 @@ mod common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use capdir::build::{self, Options};
 use capdir::ledger::{self, SqliteLedger, Verdict};
 use capdir::server::{AppState, Settings, app};
 use common::{Repo, fixture, fn_row};
 use http_body_util::BodyExt;
 use serde_json::{Value as Json, json};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
 const OWNER: &str = "test-owner-key-123";
 
-struct Fixture {
-    repo: Repo,
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    fn site(&self) -> PathBuf {
-        self.dir.path().join("site")
-    }
-    fn ledger_path(&self) -> PathBuf {
-        self.dir.path().join("data/ledger.sqlite")
-    }
-    fn build(&self) {
-        build::run(&Options::new(self.repo.catalogue(), self.site())).expect("build");
-    }
-}
+type Fixture = common::Built;
 
 /// A catalogue with an echo row and a removed row (so a tombstone), built into a site.
 fn fixture_site() -> Fixture {
@@ -46,12 +29,7 @@ fn fixture_site() -> Fixture {
         "Remove OLD_ROW\n\nReplaced-by: GOOD_ECHO",
         "2024-02-01T10:00:00Z",
     );
-    let f = Fixture {
-        repo,
-        dir: tempfile::tempdir().expect("tempdir"),
-    };
-    f.build();
-    f
+    Fixture::new(repo)
 }
 
 fn settings(f: &Fixture) -> Settings {

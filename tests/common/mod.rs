@@ -400,3 +400,35 @@ pub async fn invoke_echo(
     let v: Json = res.json().await.ok()?;
     v["receipt"].as_str().map(str::to_string)
 }
+
+/// A catalogue repository and a scratch directory its site is built into.
+pub struct Built {
+    pub repo: Repo,
+    pub dir: tempfile::TempDir,
+}
+
+impl Built {
+    /// Build `repo` into a new scratch directory.
+    pub fn new(repo: Repo) -> Built {
+        let built = Built {
+            repo,
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        built.build();
+        built
+    }
+    pub fn site(&self) -> PathBuf {
+        self.dir.path().join("site")
+    }
+    pub fn ledger_path(&self) -> PathBuf {
+        self.dir.path().join("ledger.sqlite")
+    }
+    /// Build (again) from the repository's catalogue.
+    pub fn build(&self) {
+        capdir::build::run(&capdir::build::Options::new(
+            self.repo.catalogue(),
+            self.site(),
+        ))
+        .expect("build");
+    }
+}
