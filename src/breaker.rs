@@ -175,7 +175,7 @@ impl MemoryStore {
     }
 }
 
-impl MemoryStore {
+impl LocalStore for MemoryStore {
     fn get_now(&self, name: &str) -> Result<BreakerState, String> {
         Ok(self.lock()?.get(name).copied().unwrap_or_default())
     }
@@ -195,6 +195,11 @@ impl MemoryStore {
         Ok(*s)
     }
 
+    fn clear_now(&self, name: &str) -> Result<(), String> {
+        self.lock()?.remove(name);
+        Ok(())
+    }
+
     fn list_now(&self) -> Result<Vec<(String, BreakerState)>, String> {
         let mut all: Vec<_> = self.lock()?.iter().map(|(k, v)| (k.clone(), *v)).collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
@@ -202,7 +207,23 @@ impl MemoryStore {
     }
 }
 
-impl BreakerStore for MemoryStore {
+/// A store whose operations finish in place (memory, a local SQLite file): each is the
+/// `BreakerStore` operation as a future that is already ready.
+trait LocalStore: Send + Sync {
+    fn get_now(&self, name: &str) -> Result<BreakerState, String>;
+    fn record_now(
+        &self,
+        name: &str,
+        threshold: u32,
+        until: DateTime<Utc>,
+    ) -> Result<BreakerState, String>;
+    fn clear_now(&self, name: &str) -> Result<(), String>;
+    fn list_now(&self) -> Result<Vec<(String, BreakerState)>, String>;
+}
+
+// The statements are short and local, so they run in place, as they did before the store
+// was async; busy waits are bounded by the 5 s busy timeout.
+impl<T: LocalStore> BreakerStore for T {
     fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BreakerState, String>> {
         Box::pin(std::future::ready(self.get_now(name)))
     }
@@ -217,10 +238,7 @@ impl BreakerStore for MemoryStore {
     }
 
     fn clear<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), String>> {
-        let result = self.lock().map(|mut s| {
-            s.remove(name);
-        });
-        Box::pin(std::future::ready(result))
+        Box::pin(std::future::ready(self.clear_now(name)))
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<(String, BreakerState)>, String>> {
@@ -312,7 +330,7 @@ fn from_unix(secs: Option<i64>) -> Option<DateTime<Utc>> {
     secs.and_then(|s| Utc.timestamp_opt(s, 0).single())
 }
 
-impl SqliteStore {
+impl LocalStore for SqliteStore {
     fn get_now(&self, name: &str) -> Result<BreakerState, String> {
         self.with_existing(|c| {
             c.query_row(
@@ -378,31 +396,6 @@ impl SqliteStore {
             rows.collect()
         })
         .map(Option::unwrap_or_default)
-    }
-}
-
-// The statements are short and local, so they run in place, as they did before the store
-// was async; busy waits are bounded by the 5 s busy timeout.
-impl BreakerStore for SqliteStore {
-    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BreakerState, String>> {
-        Box::pin(std::future::ready(self.get_now(name)))
-    }
-
-    fn record_rejection<'a>(
-        &'a self,
-        name: &'a str,
-        threshold: u32,
-        until: DateTime<Utc>,
-    ) -> BoxFuture<'a, Result<BreakerState, String>> {
-        Box::pin(std::future::ready(self.record_now(name, threshold, until)))
-    }
-
-    fn clear<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(std::future::ready(self.clear_now(name)))
-    }
-
-    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, BreakerState)>, String>> {
-        Box::pin(std::future::ready(self.list_now()))
     }
 }
 
