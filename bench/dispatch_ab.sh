@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B two capdir binaries on the invoke path, side by side in one run: each serves its own
 # site and ledger, and wrk (32 connections, bench/post.lua) alternates between them, so the
-# machine's noise falls on both alike.
+# machine's noise falls on both alike. Besides requests/s it prints the server's CPU time per
+# request (user + system, from /proc), which moves far less with the machine's noise.
 #   bench/dispatch_ab.sh OLD_BINARY NEW_BINARY [SECONDS] [ROUNDS]   (default 5 s, 3 rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,12 +22,22 @@ for port in 18090 18091; do
     sleep 0.2
   done
 done
-echo "| round | old requests/s | old p99 ms | new requests/s | new p99 ms |"
-echo "|---|---|---|---|---|"
+# CPU ticks (user + system) a process has used; a wrapper script execs, so the pid holds.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+# One timed load on PORT against PID: requests/s, p99 ms, server CPU µs per request.
+load() {
+  local before after rps p99 n
+  before=$(ticks "$2")
+  read -r _ rps _ p99 _ n < <(wrk -t2 -c32 -d"${secs}s" -s bench/post.lua \
+    "http://127.0.0.1:$1/api/dispatch" | grep '^RESULT')
+  after=$(ticks "$2")
+  echo "$rps $p99 $(( (after - before) * 1000000 / hz / (n > 0 ? n : 1) ))"
+}
+echo "| round | old requests/s | old p99 ms | old CPU µs/req | new requests/s | new p99 ms | new CPU µs/req |"
+echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do
-  read -r _ orps _ op99 _ _ < <(wrk -t2 -c32 -d"${secs}s" -s bench/post.lua \
-    http://127.0.0.1:18090/api/dispatch | grep '^RESULT')
-  read -r _ nrps _ np99 _ _ < <(wrk -t2 -c32 -d"${secs}s" -s bench/post.lua \
-    http://127.0.0.1:18091/api/dispatch | grep '^RESULT')
-  echo "| $r | $orps | $op99 | $nrps | $np99 |"
+  read -r orps op99 ocpu < <(load 18090 "${pids[0]}")
+  read -r nrps np99 ncpu < <(load 18091 "${pids[1]}")
+  echo "| $r | $orps | $op99 | $ocpu | $nrps | $np99 | $ncpu |"
 done
