@@ -1,7 +1,9 @@
 //! Finding credential-shaped literals, so secrets never enter the catalogue (or the site, a
 //! receipt or a log). The same scanner serves `check` and the redaction of stored output.
 
+use memchr::memmem;
 use regex::Regex;
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 /// One credential-looking literal: what it looks like and where it is in the text.
@@ -13,31 +15,42 @@ pub struct Finding {
     pub end: usize,
 }
 
+/// The credential shapes: what each looks like, and its pattern.
+const SHAPES: [(&str, &str); 7] = [
+    (
+        "an OpenAI-style `sk-` key",
+        r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",
+    ),
+    (
+        "a GitHub token",
+        r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{30,}",
+    ),
+    ("an AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("a Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    (
+        "a JSON Web Token",
+        r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    ),
+    ("a private key block", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    (
+        "a capdir capability token",
+        r"\bcdt1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{20,}",
+    ),
+];
+
+/// Each shape on its own, for `scan`, which names what it found.
 static PATTERNS: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
-    [
-        (
-            "an OpenAI-style `sk-` key",
-            r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",
-        ),
-        (
-            "a GitHub token",
-            r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{30,}",
-        ),
-        ("an AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-        ("a Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
-        (
-            "a JSON Web Token",
-            r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-        ),
-        ("a private key block", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
-        (
-            "a capdir capability token",
-            r"\bcdt1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{20,}",
-        ),
-    ]
-    .into_iter()
-    .map(|(k, p)| (k, Regex::new(p).expect("static secret pattern")))
-    .collect()
+    SHAPES
+        .iter()
+        .map(|&(k, p)| (k, Regex::new(p).expect("static secret pattern")))
+        .collect()
+});
+
+/// Every shape in one pattern, for `redact`, which needs only where: one pass over the text
+/// instead of one per shape.
+static ANY_SHAPE: LazyLock<Regex> = LazyLock::new(|| {
+    let alternatives: Vec<String> = SHAPES.iter().map(|(_, p)| format!("(?:{p})")).collect();
+    Regex::new(&alternatives.join("|")).expect("static secret pattern")
 });
 
 static TOKEN: LazyLock<Regex> =
@@ -97,18 +110,80 @@ pub fn scan(text: &str) -> Vec<Finding> {
     found
 }
 
-/// `text` with every credential-looking literal, and every given secret value, replaced.
-pub fn redact(text: &str, known_values: &[String]) -> String {
-    let mut out = text.to_string();
-    for v in known_values {
-        if v.len() >= 4 {
-            out = out.replace(v.as_str(), "[REDACTED]");
+/// Secret values this process knows (its own keys), each with its searcher built once, so
+/// redacting a text costs one scan per value.
+#[derive(Default)]
+pub struct Known {
+    finders: Vec<memmem::Finder<'static>>,
+}
+
+impl Known {
+    /// Values shorter than 4 bytes are left out: they would redact ordinary text.
+    pub fn new(values: impl IntoIterator<Item = String>) -> Known {
+        Known {
+            finders: values
+                .into_iter()
+                .filter(|v| v.len() >= 4)
+                .map(|v| memmem::Finder::new(v.as_bytes()).into_owned())
+                .collect(),
         }
     }
-    let findings = scan(&out);
-    for f in findings.iter().rev() {
-        out.replace_range(f.start..f.end, "[REDACTED]");
+
+    /// `text` with every known value replaced; borrowed when none occurs.
+    fn replace_in<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        let mut out = Cow::Borrowed(text);
+        for finder in &self.finders {
+            if finder.find(out.as_bytes()).is_none() {
+                continue;
+            }
+            let mut replaced = String::with_capacity(out.len());
+            let mut last = 0;
+            for at in finder.find_iter(out.as_bytes()) {
+                replaced.push_str(&out[last..at]);
+                replaced.push_str(REDACTED);
+                last = at + finder.needle().len();
+            }
+            replaced.push_str(&out[last..]);
+            out = Cow::Owned(replaced);
+        }
+        out
     }
+}
+
+const REDACTED: &str = "[REDACTED]";
+
+/// `text` with every known secret value and every credential-looking literal replaced.
+pub fn redact(text: &str, known: &Known) -> String {
+    let text = known.replace_in(text);
+    let mut spans: Vec<(usize, usize)> = ANY_SHAPE
+        .find_iter(&text)
+        .map(|m| (m.start(), m.end()))
+        .collect();
+    let shaped = spans.len();
+    for m in TOKEN.find_iter(&text) {
+        let overlaps = spans[..shaped]
+            .iter()
+            .any(|&(s, e)| s < m.end() && m.start() < e);
+        if !overlaps && looks_random(m.as_str()) {
+            spans.push((m.start(), m.end()));
+        }
+    }
+    if spans.is_empty() {
+        return text.into_owned();
+    }
+    spans.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (start, end) in spans {
+        if start >= last {
+            out.push_str(&text[last..start]);
+            out.push_str(REDACTED);
+            last = end;
+        } else {
+            last = last.max(end);
+        }
+    }
+    out.push_str(&text[last..]);
     out
 }
 
@@ -146,8 +221,38 @@ mod tests {
     #[test]
     fn redacts() {
         assert_eq!(
-            redact("token hunter2 here", &["hunter2".into()]),
+            redact("token hunter2 here", &Known::new(["hunter2".into()])),
             "token [REDACTED] here"
         );
+        let known = Known::new(["hunter2".into(), "abc".into()]);
+        assert_eq!(
+            redact("hunter2hunter2 abc hunter2", &known),
+            "[REDACTED][REDACTED] abc [REDACTED]"
+        );
+        let text =
+            "a sk-abcdefghijklmnopqrstuvwx1234 and q=Zx8Kp2Lm9Qw4Rt7Yu1Io3Pa6Sd5Fg0Hj2Kl8Zx4Cv .";
+        assert_eq!(
+            redact(text, &Known::default()),
+            "a [REDACTED] and [REDACTED] ."
+        );
+        assert_eq!(redact("hello", &known), "hello");
+    }
+
+    #[test]
+    fn redact_agrees_with_scan() {
+        // The one-pass redaction hides exactly what the per-shape scan finds.
+        let texts = [
+            "x sk-abcdefghijklmnopqrstuvwx1234 y ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "AKIAIOSFODNN7EXAMPLE, xoxb-1234567890-abcdefghij and -----BEGIN RSA PRIVATE KEY-----",
+            "share=cdt1.eyJpZCI6InRva18xIn0.q8Zx3Kp2Lm9Qw4Rt7Yu1Io3Pa6Sd5Fg0Hj2Kl8Zx4Cv&x=1",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 stays",
+        ];
+        for text in texts {
+            let mut expected = text.to_string();
+            for f in scan(text).iter().rev() {
+                expected.replace_range(f.start..f.end, REDACTED);
+            }
+            assert_eq!(redact(text, &Known::default()), expected, "{text}");
+        }
     }
 }

@@ -26,7 +26,7 @@ use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -205,7 +205,7 @@ pub(crate) struct Shared {
     pub(crate) ledger: Arc<dyn Ledger>,
     pub(crate) keys: Keys,
     /// `keys.secret_values()`, taken once: every receipt and answer is redacted with them.
-    pub(crate) secrets: Vec<String>,
+    pub(crate) secrets: crate::secrets::Known,
     pub(crate) open: bool,
     pub(crate) urls: Urls,
     pub(crate) body_limit: usize,
@@ -264,7 +264,7 @@ impl AppState {
         };
         Ok(AppState {
             inner: Arc::new(Shared {
-                secrets: keys.secret_values(),
+                secrets: crate::secrets::Known::new(keys.secret_values()),
                 site: settings.site,
                 live: ArcSwap::from_pointee(live),
                 config: settings.config,
@@ -785,16 +785,27 @@ async fn dispatch_post(
 
 /// The answer to a successful invocation, with its receipt id in a header as well.
 fn invoked_response(done: &dispatch::Invoked) -> Response {
+    /// The answer to an invocation, written straight from its parts.
+    #[derive(Serialize)]
+    struct Answer<'a> {
+        receipt: &'a str,
+        status: &'a str,
+        key: &'a str,
+        output: &'a str,
+        catalogue_commit: &'a str,
+        duration_ms: f64,
+        truncated: bool,
+    }
     let receipt = &done.receipt;
-    let mut response = axum::Json(json!({
-        "receipt": receipt.draft.id,
-        "status": receipt.draft.status,
-        "key": receipt.draft.key,
-        "output": done.output,
-        "catalogue_commit": receipt.draft.catalogue_commit,
-        "duration_ms": done.duration.as_secs_f64() * 1000.0,
-        "truncated": done.truncated,
-    }))
+    let mut response = axum::Json(Answer {
+        receipt: &receipt.draft.id,
+        status: &receipt.draft.status,
+        key: &receipt.draft.key,
+        output: &done.output,
+        catalogue_commit: &receipt.draft.catalogue_commit,
+        duration_ms: done.duration.as_secs_f64() * 1000.0,
+        truncated: done.truncated,
+    })
     .into_response();
     if let Ok(v) = HeaderValue::from_str(&receipt.draft.id) {
         response.headers_mut().insert("x-capdir-receipt", v);
