@@ -363,20 +363,18 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/openapi.json", get(openapi))
         .fallback(get(static_file))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            count_requests,
-        ))
+        .layer(count_requests(state.inner.clone()))
         .with_state(state)
 }
 
-async fn count_requests(
-    State(state): State<AppState>,
-    req: Request,
-    next: axum::middleware::Next,
-) -> Response {
-    state.inner.metrics.requests.fetch_add(1, Ordering::Relaxed);
-    next.run(req).await
+/// Counts every request for `/metrics`; a plain map over the request, no boxed middleware.
+fn count_requests(
+    inner: Arc<Shared>,
+) -> tower::util::MapRequestLayer<impl Fn(Request) -> Request + Clone> {
+    tower::util::MapRequestLayer::new(move |req: Request| {
+        inner.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        req
+    })
 }
 
 #[derive(Debug, Deserialize)]
