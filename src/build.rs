@@ -230,7 +230,9 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         };
         let tera = site::tera()?;
         let bar = progress_bar(opts.progress, contracts.len() as u64);
-        site::write_contracts(&tmp, &tera, &common, &contracts, &|n| bar.inc(n))?;
+        let previous = opts.out.is_dir().then_some(opts.out.as_path());
+        let linked =
+            site::write_contracts(&tmp, previous, &tera, &common, &contracts, &|n| bar.inc(n))?;
         bar.finish_and_clear();
         for t in &tombs {
             site::write_tombstone(&tmp, &tera, &common, t)?;
@@ -239,7 +241,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         steps.done(
             "pages",
             format!(
-                "{} contracts ×3, {} tombstones",
+                "{} contracts ×3 ({linked} files unchanged, linked), {} tombstones",
                 contracts.len(),
                 tombs.len()
             ),

@@ -193,16 +193,24 @@ pub fn render_contract(
     Ok((md, json, page))
 }
 
-/// Write `k/KEY.{md,json,html}` for every contract, on all cores.
+/// Write `k/KEY.{md,json,html}` for every contract, on all cores; returns how many files
+/// were linked rather than written.
+///
+/// A file identical to the one at the same place in `previous` (the site this build replaces)
+/// is hard-linked to it instead of written: a rebuild after one row changes creates no new
+/// inode for the other rows and writes none of their bytes, and removing the old site then
+/// frees nothing those rows still use.
 pub fn write_contracts(
     out: &Path,
+    previous: Option<&Path>,
     tera: &Tera,
     common: &Common,
     contracts: &[Contract],
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<()> {
+) -> Result<usize> {
     let dir = out.join("k");
     std::fs::create_dir_all(&dir)?;
+    let old_dir = previous.map(|p| p.join("k")).filter(|d| d.is_dir());
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -212,25 +220,45 @@ pub fn write_contracts(
         let handles: Vec<_> = contracts
             .chunks(chunk)
             .map(|part| {
-                let dir = &dir;
-                s.spawn(move || -> Result<()> {
+                let (dir, old_dir) = (&dir, &old_dir);
+                s.spawn(move || -> Result<usize> {
+                    let mut linked = 0;
                     for c in part {
                         let (md, json, page) = render_contract(tera, common, c)
                             .with_context(|| format!("rendering the contract of {}", c.key))?;
-                        write(&dir.join(format!("{}.md", c.key)), md)?;
-                        write(&dir.join(format!("{}.json", c.key)), json)?;
-                        write(&dir.join(format!("{}.html", c.key)), page)?;
+                        for (ext, bytes) in [("md", md), ("json", json), ("html", page)] {
+                            let name = format!("{}.{ext}", c.key);
+                            let old = old_dir.as_ref().map(|d| d.join(&name));
+                            if write_or_link(&dir.join(&name), bytes.as_bytes(), old.as_deref())? {
+                                linked += 1;
+                            }
+                        }
                         progress(1);
                     }
-                    Ok(())
+                    Ok(linked)
                 })
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
+        handles.into_iter().try_fold(0, |sum, h| {
             h.join()
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("a page worker panicked")))
+                .map(|n| sum + n)
         })
     })
+}
+
+/// Write `bytes` to `path`, or hard-link `path` to `old` when `old` holds exactly `bytes`.
+/// True when it linked.
+fn write_or_link(path: &Path, bytes: &[u8], old: Option<&Path>) -> Result<bool> {
+    if let Some(old) = old
+        && std::fs::metadata(old).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64)
+        && std::fs::read(old).is_ok_and(|held| held == bytes)
+        && std::fs::hard_link(old, path).is_ok()
+    {
+        return Ok(true);
+    }
+    write(path, bytes)?;
+    Ok(false)
 }
 
 /// Write a tombstone's three files.

@@ -331,6 +331,61 @@ fn rebuild_walks_only_new_commits_and_agrees_with_a_cold_build() {
     );
 }
 
+/// A rebuild hard-links every contract file that did not change to the previous site's, so
+/// it writes (and the old site's removal frees) only what changed; the result is still the
+/// same as a cold build, file for file.
+#[test]
+fn rebuild_links_unchanged_contract_files() {
+    use std::os::unix::fs::MetadataExt;
+    let repo = repo();
+    let site = repo.path().join("site");
+    build(&repo, &site);
+    let inode = |rel: &str| std::fs::metadata(site.join(rel)).unwrap().ino();
+    let before: Vec<u64> = [
+        "k/GOOD_HTTP_ITEM.html",
+        "k/GOOD_HTTP_ITEM.md",
+        "k/GOOD_NOW.html",
+    ]
+    .iter()
+    .map(|f| inode(f))
+    .collect();
+    repo.write(
+        "GOOD_NOW.yaml",
+        &fixture("good/GOOD_NOW.yaml").replace("# WHEN_TO_USE:", "# WHEN_TO_USE: Always."),
+    );
+    repo.commit("Improve the now docstring", "2024-06-01T10:00:00Z");
+    let second = build(&repo, &site);
+    let pages = &second
+        .steps
+        .iter()
+        .find(|(n, _, _)| *n == "pages")
+        .unwrap()
+        .2;
+    assert!(pages.contains("files unchanged, linked"), "{pages}");
+    // The untouched row keeps its files (same inode, one link now the old site is gone) ...
+    assert_eq!(inode("k/GOOD_HTTP_ITEM.html"), before[0]);
+    assert_eq!(inode("k/GOOD_HTTP_ITEM.md"), before[1]);
+    let meta = std::fs::metadata(site.join("k/GOOD_HTTP_ITEM.html")).unwrap();
+    assert_eq!(meta.nlink(), 1);
+    // ... the edited one is written anew.
+    assert_ne!(inode("k/GOOD_NOW.html"), before[2]);
+    assert!(
+        std::fs::read_to_string(site.join("k/GOOD_NOW.md"))
+            .unwrap()
+            .contains("Always.")
+    );
+    let cold = repo.path().join("cold");
+    build(&repo, &cold);
+    let (mut warm_tree, mut cold_tree) = (tree(&site), tree(&cold));
+    for t in [&mut warm_tree, &mut cold_tree] {
+        t.remove(build::HISTORY_CACHE);
+    }
+    assert!(
+        warm_tree == cold_tree,
+        "a linked rebuild and a cold build differ"
+    );
+}
+
 /// History links to commits: the `origin` remote's web address (its credentials dropped) by
 /// default, `--repo-url` when given, none when that is empty.
 #[test]
