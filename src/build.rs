@@ -111,12 +111,13 @@ impl Steps {
 
 /// Tombstones for row files the history saw deleted and the catalogue no longer has.
 pub fn tombstones(history: &History, rows: &[Row], urls: &Urls) -> Vec<Tombstone> {
+    let live: std::collections::HashSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
     history
         .files
         .iter()
         .filter_map(|(file, changes)| {
             let key = Path::new(file).file_stem()?.to_str()?;
-            if rows.iter().any(|r| r.key == key) {
+            if live.contains(key) {
                 return None;
             }
             Tombstone::from_history(key, changes, urls)

@@ -29,8 +29,10 @@ impl Checked {
         self.diags.iter().any(Diagnostic::is_error)
     }
 
+    /// The row of `key` (rows are sorted by key).
     pub fn row(&self, key: &str) -> Option<&Row> {
-        self.rows.iter().find(|r| r.key == key)
+        let first = self.rows.partition_point(|r| r.key.as_str() < key);
+        self.rows.get(first).filter(|r| r.key == key)
     }
 }
 
