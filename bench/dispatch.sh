@@ -25,25 +25,14 @@ for port in 18081 18082; do
   done
 done
 
-# CPU ticks (user + system) a process has used.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
-# One timed load on PORT against PID: requests/s p50 p99 errors requests CPU-µs-per-request.
-load() {
-  local before after rps p50 p99 err n
-  before=$(ticks "$2")
-  read -r _ rps p50 p99 err n < <(wrk -t2 -c32 -d"${secs}s" -s bench/post.lua \
-    "http://127.0.0.1:$1/api/dispatch" | grep '^RESULT')
-  after=$(ticks "$2")
-  echo "$rps $p50 $p99 $err $n $(( (after - before) * 1000000 / hz / (n > 0 ? n : 1) ))"
-}
+source bench/wrk_load.sh
 
 echo "| round | bare req/s | bare p50 ms | bare p99 ms | bare CPU µs/req | capdir req/s | capdir p50 ms | capdir p99 ms | capdir errors | capdir CPU µs/req | ratio |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 ratios=() total=0
 for r in $(seq "$rounds"); do
-  read -r brps bp50 bp99 _ _ bcpu < <(load 18081 "${pids[0]}")
-  read -r crps cp50 cp99 cerr creq ccpu < <(load 18082 "${pids[1]}")
+  read -r brps bp50 bp99 _ _ bcpu < <(load 18081 "${pids[0]}" "$secs")
+  read -r crps cp50 cp99 cerr creq ccpu < <(load 18082 "${pids[1]}" "$secs")
   total=$((total + creq))
   ratio=$(python3 -c "print(f'{$crps / $brps * 100:.1f}')")
   ratios+=("$ratio")

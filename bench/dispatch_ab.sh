@@ -22,22 +22,11 @@ for port in 18090 18091; do
     sleep 0.2
   done
 done
-# CPU ticks (user + system) a process has used; a wrapper script execs, so the pid holds.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
-# One timed load on PORT against PID: requests/s, p99 ms, server CPU µs per request.
-load() {
-  local before after rps p99 n
-  before=$(ticks "$2")
-  read -r _ rps _ p99 _ n < <(wrk -t2 -c32 -d"${secs}s" -s bench/post.lua \
-    "http://127.0.0.1:$1/api/dispatch" | grep '^RESULT')
-  after=$(ticks "$2")
-  echo "$rps $p99 $(( (after - before) * 1000000 / hz / (n > 0 ? n : 1) ))"
-}
+source bench/wrk_load.sh
 echo "| round | old requests/s | old p99 ms | old CPU µs/req | new requests/s | new p99 ms | new CPU µs/req |"
 echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do
-  read -r orps op99 ocpu < <(load 18090 "${pids[0]}")
-  read -r nrps np99 ncpu < <(load 18091 "${pids[1]}")
+  read -r orps _ op99 _ _ ocpu < <(load 18090 "${pids[0]}" "$secs")
+  read -r nrps _ np99 _ _ ncpu < <(load 18091 "${pids[1]}" "$secs")
   echo "| $r | $orps | $op99 | $ocpu | $nrps | $np99 | $ncpu |"
 done
