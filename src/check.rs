@@ -28,12 +28,6 @@ impl Checked {
     pub fn has_errors(&self) -> bool {
         self.diags.iter().any(Diagnostic::is_error)
     }
-
-    /// The row of `key` (rows are sorted by key).
-    pub fn row(&self, key: &str) -> Option<&Row> {
-        let first = self.rows.partition_point(|r| r.key.as_str() < key);
-        self.rows.get(first).filter(|r| r.key == key)
-    }
 }
 
 /// Parse and check every file; rows come back sorted by key.

@@ -96,18 +96,26 @@ pub fn scan(text: &str) -> Vec<Finding> {
             });
         }
     }
-    for m in TOKEN.find_iter(text) {
-        let overlaps = found.iter().any(|f| f.start < m.end() && m.start() < f.end);
-        if !overlaps && looks_random(m.as_str()) {
-            found.push(Finding {
-                kind: "a long high-entropy string",
-                start: m.start(),
-                end: m.end(),
-            });
-        }
-    }
+    let shaped: Vec<(usize, usize)> = found.iter().map(|f| (f.start, f.end)).collect();
+    found.extend(random_runs(text, &shaped).map(|(start, end)| Finding {
+        kind: "a long high-entropy string",
+        start,
+        end,
+    }));
     found.sort_by_key(|f| f.start);
     found
+}
+
+/// Long runs that look random and overlap none of `shaped` (the credential shapes found).
+fn random_runs<'t>(
+    text: &'t str,
+    shaped: &'t [(usize, usize)],
+) -> impl Iterator<Item = (usize, usize)> + 't {
+    TOKEN
+        .find_iter(text)
+        .filter(|m| !shaped.iter().any(|&(s, e)| s < m.end() && m.start() < e))
+        .filter(|m| looks_random(m.as_str()))
+        .map(|m| (m.start(), m.end()))
 }
 
 /// Secret values this process knows (its own keys), each with its searcher built once, so
@@ -133,12 +141,13 @@ impl Known {
     fn replace_in<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let mut out = Cow::Borrowed(text);
         for finder in &self.finders {
-            if finder.find(out.as_bytes()).is_none() {
+            let mut hits = finder.find_iter(out.as_bytes()).peekable();
+            if hits.peek().is_none() {
                 continue;
             }
             let mut replaced = String::with_capacity(out.len());
             let mut last = 0;
-            for at in finder.find_iter(out.as_bytes()) {
+            for at in hits {
                 replaced.push_str(&out[last..at]);
                 replaced.push_str(REDACTED);
                 last = at + finder.needle().len();
@@ -159,15 +168,8 @@ pub fn redact(text: &str, known: &Known) -> String {
         .find_iter(&text)
         .map(|m| (m.start(), m.end()))
         .collect();
-    let shaped = spans.len();
-    for m in TOKEN.find_iter(&text) {
-        let overlaps = spans[..shaped]
-            .iter()
-            .any(|&(s, e)| s < m.end() && m.start() < e);
-        if !overlaps && looks_random(m.as_str()) {
-            spans.push((m.start(), m.end()));
-        }
-    }
+    let random: Vec<(usize, usize)> = random_runs(&text, &spans).collect();
+    spans.extend(random);
     if spans.is_empty() {
         return text.into_owned();
     }
