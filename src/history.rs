@@ -5,6 +5,8 @@
 //! the two subtrees decoded and merge-joined by file name. Times come from commits, never the
 //! clock, so a build of the same commit is the same.
 
+mod pack;
+
 use crate::git;
 use anyhow::Result;
 use gix::ObjectId;
@@ -63,6 +65,8 @@ pub struct History {
     /// Why there is no history, when there is none (not a Git repository, no commits).
     pub missing: Option<String>,
     pub commits_walked: usize,
+    /// Trees read as a delta straight from the pack onto their parent's (the fast path).
+    pub trees_from_deltas: usize,
 }
 
 impl History {
@@ -137,11 +141,28 @@ struct Walker<'r> {
     rel: std::path::PathBuf,
     subtree_of: HashMap<ObjectId, Option<ObjectId>>,
     trees: HashMap<ObjectId, RawTree>,
+    /// Where the held trees are in the packs, for deltas that name their base by offset.
+    held_at: HashMap<pack::Place, ObjectId>,
+    packs: pack::Packs,
     /// Buffers of evicted trees, reused: a fresh 400 KB buffer per lookup costs page faults.
     spare: Vec<Vec<u8>>,
+    from_deltas: usize,
 }
 
-impl Walker<'_> {
+impl<'r> Walker<'r> {
+    fn new(repo: &'r gix::Repository, rel: std::path::PathBuf) -> Walker<'r> {
+        Walker {
+            repo,
+            rel,
+            subtree_of: HashMap::new(),
+            trees: HashMap::new(),
+            held_at: HashMap::new(),
+            packs: pack::Packs::open(repo),
+            spare: Vec::new(),
+            from_deltas: 0,
+        }
+    }
+
     /// The catalogue subtree id at commit `id`; `Err` when the commit is not in the repository
     /// (the boundary of a shallow clone).
     fn subtree(&mut self, id: ObjectId) -> Result<Option<ObjectId>> {
@@ -161,6 +182,8 @@ impl Walker<'_> {
         Ok(sub)
     }
 
+    /// The raw tree `id`: applied straight from its pack delta when the walker holds the
+    /// delta's base, else looked up through gix.
     fn tree(&mut self, id: Option<ObjectId>) -> Result<RawTree> {
         let Some(id) = id else {
             return Ok(Arc::new(Vec::new()));
@@ -169,19 +192,35 @@ impl Walker<'_> {
             return Ok(t.clone());
         }
         let mut buf = self.spare.pop().unwrap_or_default();
-        match gix::objs::Find::try_find(&self.repo.objects, &id, &mut buf)? {
-            Some(d) if d.kind == gix::object::Kind::Tree => {}
-            _ => anyhow::bail!("tree {id} is missing from the repository"),
+        let held = self.packs.delta_of(&id)?.and_then(|(delta, base)| {
+            let base_id = match base {
+                pack::Base::Id(b) => b,
+                pack::Base::At(place) => *self.held_at.get(&place)?,
+            };
+            Some((delta, self.trees.get(&base_id)?.clone()))
+        });
+        if let Some((delta, base)) = held {
+            self.packs.apply(&delta, &base, &mut buf)?;
+            self.from_deltas += 1;
+        } else {
+            match gix::objs::Find::try_find(&self.repo.objects, &id, &mut buf)? {
+                Some(d) if d.kind == gix::object::Kind::Tree => {}
+                _ => anyhow::bail!("tree {id} is missing from the repository"),
+            }
         }
         let data = Arc::new(buf);
-        // Parents are walked just before their children: a few recent trees are all that
-        // is ever looked up again.
-        if self.trees.len() > 8 {
+        // Parents are walked just before their children (or after, newest first): a few
+        // recent trees are all that is ever looked up again.
+        if self.trees.len() > HELD_TREES {
+            self.held_at.clear();
             let evicted = self
                 .trees
                 .drain()
                 .filter_map(|(_, t)| Arc::try_unwrap(t).ok());
             self.spare.extend(evicted);
+        }
+        if let Some(place) = self.packs.locate(&id) {
+            self.held_at.insert(place, id);
         }
         self.trees.insert(id, data.clone());
         Ok(data)
@@ -317,6 +356,8 @@ pub fn save_cache(history: &History, dir: &Path, path: &Path) -> Result<()> {
 
 /// The delta-base cache of each history walker.
 const PACK_CACHE_BYTES: usize = 192 * 1024 * 1024;
+/// Trees a walker holds at most before it lets them go.
+const HELD_TREES: usize = 8;
 /// Fewer commits than this per walker are walked by one thread.
 const MIN_SPAN: usize = 256;
 /// Walkers at once, at most (each holds its own caches).
@@ -331,16 +372,18 @@ type Changed = Vec<(String, ChangeKind)>;
 /// What one walker found: per commit that changed rows, the commit and the changes.
 struct Span {
     partial: bool,
+    trees_from_deltas: usize,
     changes: Vec<(Arc<CommitInfo>, Changed)>,
 }
 
-/// A repository handle for one walker thread, with its own object and delta-base caches.
+/// A repository handle for one walker thread, with its own delta-base cache.
 fn open_for_walk(dir: &Path) -> Result<gix::Repository> {
     let (mut repo, _) = git::locate(dir)?;
-    repo.object_cache_size_if_unset(64 * 1024 * 1024);
-    // Trees are stored as deltas on each other; without a cache of decoded bases every
-    // lookup replays its whole delta chain. Successive commits share bases, so a cache
-    // makes a tree lookup mostly one delta applied to a cached base.
+    // No object cache: the walker keeps the few trees it looks at again, and copying every
+    // half-megabyte tree into a cache it never hits cost a seventh of the walk.
+    repo.object_cache_size(0);
+    // Trees that are not a delta on their parent's are resolved by gix through its cache of
+    // decoded delta bases: a lookup is then mostly one delta applied to a cached base.
     repo.objects.set_pack_cache(|| {
         Box::new(gix::odb::pack::cache::lru::MemoryCappedHashmap::new(
             PACK_CACHE_BYTES,
@@ -349,21 +392,27 @@ fn open_for_walk(dir: &Path) -> Result<gix::Repository> {
     Ok(repo)
 }
 
-/// Walk consecutive commits, oldest first, and name the row files each one changed.
-fn walk_span(repo: &gix::Repository, rel: std::path::PathBuf, commits: &[Link]) -> Result<Span> {
-    let mut w = Walker {
-        repo,
-        rel,
-        subtree_of: HashMap::new(),
-        trees: HashMap::new(),
-        spare: Vec::new(),
-    };
+/// Walk consecutive commits, oldest first (or newest first), and name the row files each one
+/// changed.
+fn walk_span(
+    repo: &gix::Repository,
+    rel: std::path::PathBuf,
+    commits: &[Link],
+    newest_first: bool,
+) -> Result<Span> {
+    let mut w = Walker::new(repo, rel);
     let mut span = Span {
         partial: false,
+        trees_from_deltas: 0,
         changes: Vec::new(),
     };
     let mut changed = Vec::new();
-    for (id, parent_ids) in commits {
+    let order: Box<dyn Iterator<Item = &Link>> = if newest_first {
+        Box::new(commits.iter().rev())
+    } else {
+        Box::new(commits.iter())
+    };
+    for (id, parent_ids) in order {
         let sub = w.subtree(*id)?;
         let mut parents = Vec::new();
         for p in parent_ids {
@@ -376,8 +425,8 @@ fn walk_span(repo: &gix::Repository, rel: std::path::PathBuf, commits: &[Link]) 
             continue;
         }
         changed.clear();
-        let now = w.tree(sub)?;
         let first = w.tree(parents.first().copied().flatten())?;
+        let now = w.tree(sub)?;
         diff(&now, &first, &mut changed);
         // A merge reports only what differs from every parent: what the merge itself did.
         for p in parents.iter().skip(1) {
@@ -393,6 +442,7 @@ fn walk_span(repo: &gix::Repository, rel: std::path::PathBuf, commits: &[Link]) 
         span.changes
             .push((Arc::new(commit_info(&commit)), std::mem::take(&mut changed)));
     }
+    span.trees_from_deltas = w.from_deltas;
     Ok(span)
 }
 
@@ -447,6 +497,7 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
         .map(|k| ((n as f64) * (k as f64 / spans as f64).sqrt()).round() as usize)
         .map(|c| c.min(n))
         .collect();
+    let newest_first = packed_newest_first(&repo, &rel, &commits);
     // Each walker opens the repository itself: gix's handles are not shared across threads
     // in this build (no `parallel` feature).
     let walked: Vec<Result<Span>> = std::thread::scope(|s| {
@@ -455,7 +506,7 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
             .map(|w| &commits[w[0]..w[1]])
             .map(|chunk| {
                 let rel = rel.clone();
-                s.spawn(move || walk_span(&open_for_walk(dir)?, rel, chunk))
+                s.spawn(move || walk_span(&open_for_walk(dir)?, rel, chunk, newest_first))
             })
             .collect();
         handles
@@ -469,6 +520,7 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
     for span in walked {
         let span = span?;
         history.partial |= span.partial;
+        history.trees_from_deltas += span.trees_from_deltas;
         for (info, changed) in span.changes {
             for (name, kind) in changed {
                 history.files.entry(name).or_default().push(Change {
@@ -492,6 +544,29 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
     let head_commit = repo.find_object(head.detach())?.try_into_commit()?;
     history.head = Some(Arc::new(commit_info(&head_commit)));
     Ok(history)
+}
+
+/// Whether the pack was written newest first, as `git repack` and clones write them: then
+/// trees are stored as deltas on newer trees, and a walk from new to old has each base in
+/// hand when it needs it (the other way, every lookup replays a chain of up to 50 deltas).
+/// Judged on where a sample of commits' catalogue trees and their parents' sit in the pack.
+fn packed_newest_first(repo: &gix::Repository, rel: &Path, commits: &[Link]) -> bool {
+    let mut w = Walker::new(repo, rel.to_path_buf());
+    let (mut newer_first, mut older_first) = (0, 0);
+    for (id, parents) in commits.iter().step_by((commits.len() / 64).max(1)) {
+        let [parent] = parents.as_slice() else {
+            continue;
+        };
+        let (Ok(Some(now)), Ok(Some(before))) = (w.subtree(*id), w.subtree(*parent)) else {
+            continue;
+        };
+        match (w.packs.locate(&now), w.packs.locate(&before)) {
+            (Some((a, x)), Some((b, y))) if a == b && x < y => newer_first += 1,
+            (Some((a, x)), Some((b, y))) if a == b && x > y => older_first += 1,
+            _ => {}
+        }
+    }
+    newer_first > older_first
 }
 
 /// What history shows of a commit: id, author, committer time, subject, `Replaced-by:`.

@@ -435,3 +435,81 @@ fn history_links_commits_to_the_repository() {
     let page = std::fs::read_to_string(out.join("k/GOOD_ECHO.html")).unwrap();
     assert!(!page.contains("/commit/"), "{page}");
 }
+
+/// Packed, Git stores each commit's catalogue tree as a delta on its parent's, and the walk
+/// applies those deltas itself; the history it reads must be the one read from loose objects,
+/// through a merge and a side branch too.
+#[test]
+fn history_from_packed_deltas_equals_history_from_loose_objects() {
+    let repo = Repo::new();
+    for i in 0..40 {
+        repo.write(
+            &format!("ROW_{i:03}.yaml"),
+            &fn_row(&format!("ROW_{i:03}"), "text", "A row."),
+        );
+    }
+    repo.commit("Add forty rows", "2024-01-01T00:00:00Z");
+    for i in 0..60 {
+        let n = (i * 7) % 40;
+        let key = format!("ROW_{n:03}");
+        repo.write(
+            &format!("{key}.yaml"),
+            &fn_row(&key, "text", &format!("Edit {i}.")),
+        );
+        if i % 9 == 0 {
+            repo.write(
+                &format!("NEW_{i:03}.yaml"),
+                &fn_row(&format!("NEW_{i:03}"), "text", "New."),
+            );
+        }
+        if i % 13 == 5 {
+            repo.remove(&format!("NEW_{:03}.yaml", (i / 9) * 9));
+        }
+        repo.commit(
+            &format!("Change {i}"),
+            &format!("2024-02-{:02}T{:02}:00:00Z", 1 + i / 24, i % 24),
+        );
+        if i == 30 {
+            repo.git(&["checkout", "-q", "-b", "side"], None);
+            repo.write("SIDE.yaml", &fn_row("SIDE", "text", "From a branch."));
+            repo.commit("Side row", "2024-03-01T00:00:00Z");
+            repo.git(&["checkout", "-q", "main"], None);
+        }
+    }
+    repo.git(
+        &["merge", "-q", "--no-ff", "-m", "Merge side", "side"],
+        Some("2024-04-01T00:00:00Z"),
+    );
+    let changes = |h: &capdir::history::History| -> BTreeMap<String, Vec<(String, String)>> {
+        h.files
+            .iter()
+            .map(|(f, cs)| {
+                let cs = cs
+                    .iter()
+                    .map(|c| (c.commit.sha.clone(), c.kind.as_str().to_string()));
+                (f.clone(), cs.collect())
+            })
+            .collect()
+    };
+    let loose = capdir::history::read(&repo.catalogue());
+    assert_eq!(loose.trees_from_deltas, 0, "nothing is packed yet");
+    repo.git(&["repack", "-adq", "--window=50", "--depth=50"], None);
+    let packed = capdir::history::read(&repo.catalogue());
+    assert!(
+        packed.trees_from_deltas > 30,
+        "only {} trees came from deltas",
+        packed.trees_from_deltas
+    );
+    assert_eq!(changes(&packed), changes(&loose));
+    assert_eq!(packed.commits_walked, 63);
+    assert!(
+        packed
+            .of("SIDE.yaml")
+            .iter()
+            .any(|c| c.commit.subject == "Side row")
+    );
+    assert_eq!(
+        packed.of("ROW_000.yaml").len(),
+        1 + (0..60).filter(|i| (i * 7) % 40 == 0).count()
+    );
+}

@@ -1,0 +1,22 @@
+//! Times one history walk of a catalogue directory: `cargo run --release --example
+//! history_walk -- DIR [TIMES]`. For profiling the history step of `capdir build` alone.
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let dir = std::path::PathBuf::from(args.next().unwrap_or_else(|| "catalogue".into()));
+    let times: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(1);
+    for _ in 0..times {
+        let started = std::time::Instant::now();
+        let h = capdir::history::read(&dir);
+        println!(
+            "{:>8.1} ms  {} commits, {} files{}",
+            started.elapsed().as_secs_f64() * 1e3,
+            h.commits_walked,
+            h.files.len(),
+            h.missing.map(|m| format!(" ({m})")).unwrap_or_default()
+        );
+    }
+}
