@@ -1,8 +1,9 @@
 //! `capdir build`: the catalogue compiled into a site, one named step per output, each timed.
 //!
-//! check → history → snapshot → index → pages → projections, written into a temporary
-//! directory beside the target and swapped into place at the end, so a failed build leaves
-//! the previous site untouched and a server reading the site never sees half of one.
+//! check → index → history → snapshot → pages → projections, the history walked on its own
+//! thread alongside the first two. Everything is written into a temporary directory beside
+//! the target and swapped into place at the end, so a failed build leaves the previous site
+//! untouched and a server reading the site never sees half of one.
 
 use crate::catalogue;
 use crate::check::check_files;
@@ -22,9 +23,9 @@ pub const HISTORY_CACHE: &str = ".history.json";
 /// The steps, in order; also the names `fail_after` accepts.
 pub const STEPS: &[&str] = &[
     "check",
+    "index",
     "history",
     "snapshot",
-    "index",
     "pages",
     "projections",
 ];
@@ -100,7 +101,13 @@ struct Steps {
 
 impl Steps {
     fn done(&mut self, name: &'static str, what: String) -> Result<()> {
-        self.report.steps.push((name, self.started.elapsed(), what));
+        let took = self.started.elapsed();
+        self.took(name, took, what)
+    }
+
+    /// A step that ran on its own thread and took `took`; the next step is timed from now.
+    fn took(&mut self, name: &'static str, took: Duration, what: String) -> Result<()> {
+        self.report.steps.push((name, took, what));
         self.started = Instant::now();
         if self.fail_after.as_deref() == Some(name) {
             return Err(anyhow!("build stopped after step `{name}` as asked"));
@@ -131,6 +138,15 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         started: Instant::now(),
         fail_after: opts.fail_after.clone(),
     };
+    // The history walk needs only the repository: it runs alongside check and index.
+    let walk = {
+        let (dir, cache) = (opts.catalogue.clone(), opts.out.join(HISTORY_CACHE));
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let history = history::read_cached(&dir, Some(&cache));
+            (history, started.elapsed())
+        })
+    };
     let files = catalogue::read_dir(&opts.catalogue).with_context(|| {
         format!(
             "cannot read catalogue directory {}",
@@ -153,50 +169,60 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     );
     steps.done("check", format!("{} rows", checked.rows.len()))?;
 
-    let history = history::read_cached(&opts.catalogue, Some(&opts.out.join(HISTORY_CACHE)));
-    if let Some(why) = &history.missing {
-        steps
-            .report
-            .warnings
-            .push(format!("no Git history ({why}); rows get no dates"));
-    }
-    if history.partial {
-        steps.report.warnings.push(
-            "shallow clone: history is partial, created_at may be later than the truth".into(),
-        );
-    }
-    steps.done(
-        "history",
-        format!("{} commits walked", history.commits_walked),
-    )?;
-
     let all_rows = checked.rows;
-    let counts = Counts::of(&all_rows);
-    let info = BuildInfo {
-        commit: history
-            .head
-            .as_ref()
-            .map(|h| h.sha.clone())
-            .unwrap_or_default(),
-        date: history
-            .head
-            .as_ref()
-            .map(|h| h.date.clone())
-            .unwrap_or_default(),
-        capdir_version: env!("CARGO_PKG_VERSION").to_string(),
-        history_partial: history.partial,
-        counts: counts.clone(),
-    };
-    let repo_url = match &opts.repo_url {
-        Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
-        Some(_) => None,
-        None => crate::git::origin_web_url(&opts.catalogue),
-    };
-    let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
-    let tombs = tombstones(&history, &all_rows, &urls);
-
+    let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
     let tmp = temp_dir_beside(&opts.out)?;
-    let result = (|| -> Result<()> {
+    let result = (|| -> Result<BuildInfo> {
+        let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
+        steps.done("index", format!("{indexed} rows"))?;
+
+        let (history, took) = walk
+            .join()
+            .map_err(|_| anyhow!("the history walk panicked"))?;
+        if let Some(why) = &history.missing {
+            steps
+                .report
+                .warnings
+                .push(format!("no Git history ({why}); rows get no dates"));
+        }
+        if history.partial {
+            steps.report.warnings.push(
+                "shallow clone: history is partial, created_at may be later than the truth".into(),
+            );
+        }
+        steps.took(
+            "history",
+            took,
+            format!(
+                "{} commits walked, alongside check and index",
+                history.commits_walked
+            ),
+        )?;
+
+        let counts = Counts::of(&all_rows);
+        let info = BuildInfo {
+            commit: history
+                .head
+                .as_ref()
+                .map(|h| h.sha.clone())
+                .unwrap_or_default(),
+            date: history
+                .head
+                .as_ref()
+                .map(|h| h.date.clone())
+                .unwrap_or_default(),
+            capdir_version: env!("CARGO_PKG_VERSION").to_string(),
+            history_partial: history.partial,
+            counts: counts.clone(),
+        };
+        let repo_url = match &opts.repo_url {
+            Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
+            Some(_) => None,
+            None => crate::git::origin_web_url(&opts.catalogue),
+        };
+        let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
+        let tombs = tombstones(&history, &all_rows, &urls);
+
         if history.missing.is_none() {
             history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
         }
@@ -211,10 +237,6 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             "snapshot",
             format!("{} rows, {} tombstones", all_rows.len(), tombs.len()),
         )?;
-
-        let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
-        let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
-        steps.done("index", format!("{indexed} rows"))?;
 
         let contracts: Vec<Contract> = enabled
             .iter()
@@ -265,12 +287,15 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             "projections",
             "registry, counts, mcp/tools, llms.txt, sitemap".into(),
         )?;
-        Ok(())
+        Ok(info)
     })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e.into());
-    }
+    let info = match result {
+        Ok(info) => info,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e.into());
+        }
+    };
     swap_into_place(&tmp, &opts.out)?;
     steps.report.rows = all_rows.len();
     steps.report.info = Some(info);
