@@ -12,10 +12,11 @@ fn main() {
         let started = std::time::Instant::now();
         let h = capdir::history::read(&dir);
         println!(
-            "{:>8.1} ms  {} commits, {} files{}",
+            "{:>8.1} ms  {} commits, {} files, {} trees from deltas{}",
             started.elapsed().as_secs_f64() * 1e3,
             h.commits_walked,
             h.files.len(),
+            h.trees_from_deltas,
             h.missing.map(|m| format!(" ({m})")).unwrap_or_default()
         );
     }

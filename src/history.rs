@@ -140,10 +140,17 @@ struct Walker<'r> {
     repo: &'r gix::Repository,
     rel: std::path::PathBuf,
     subtree_of: HashMap<ObjectId, Option<ObjectId>>,
-    trees: HashMap<ObjectId, RawTree>,
-    /// Where the held trees are in the packs, for deltas that name their base by offset.
-    held_at: HashMap<pack::Place, ObjectId>,
     packs: pack::Packs,
+    /// The trees held: the last two read (a commit's and its parent's), and those a tree
+    /// still to be read is a delta on.
+    trees: HashMap<ObjectId, RawTree>,
+    held_bytes: usize,
+    recent: std::collections::VecDeque<ObjectId>,
+    /// Trees still to be read that are stored as a delta on another tree of the walk: the
+    /// delta and its base, planned before the walk.
+    deltas: HashMap<ObjectId, (pack::Delta, ObjectId)>,
+    /// How many trees still to be read are deltas on this one.
+    uses: HashMap<ObjectId, usize>,
     /// Buffers of evicted trees, reused: a fresh 400 KB buffer per lookup costs page faults.
     spare: Vec<Vec<u8>>,
     from_deltas: usize,
@@ -155,9 +162,12 @@ impl<'r> Walker<'r> {
             repo,
             rel,
             subtree_of: HashMap::new(),
-            trees: HashMap::new(),
-            held_at: HashMap::new(),
             packs: pack::Packs::open(repo),
+            trees: HashMap::new(),
+            held_bytes: 0,
+            recent: Default::default(),
+            deltas: HashMap::new(),
+            uses: HashMap::new(),
             spare: Vec::new(),
             from_deltas: 0,
         }
@@ -182,6 +192,41 @@ impl<'r> Walker<'r> {
         Ok(sub)
     }
 
+    /// Plan the reads of `trees` (in the order the walk will read them): which are stored
+    /// as a delta on another of them, and so which must be held until their last use as a
+    /// base. Git gives one base many deltas (a star, not a chain), so few are held at once.
+    fn plan(&mut self, trees: &[ObjectId]) -> Result<()> {
+        let mut at: HashMap<pack::Place, ObjectId> = HashMap::new();
+        for t in trees {
+            if let Some(place) = self.packs.locate(t) {
+                at.insert(place, *t);
+            }
+        }
+        let mut read = std::collections::HashSet::new();
+        for t in trees {
+            read.insert(*t);
+            if self.deltas.contains_key(t) {
+                continue;
+            }
+            let Some((delta, base)) = self.packs.delta_of(t)? else {
+                continue;
+            };
+            let base = match base {
+                pack::Base::Id(b) => b,
+                pack::Base::At(place) => match at.get(&place) {
+                    Some(b) => *b,
+                    None => continue,
+                },
+            };
+            // A base read after its delta is of no use to it.
+            if read.contains(&base) {
+                *self.uses.entry(base).or_default() += 1;
+                self.deltas.insert(*t, (delta, base));
+            }
+        }
+        Ok(())
+    }
+
     /// The raw tree `id`: applied straight from its pack delta when the walker holds the
     /// delta's base, else looked up through gix.
     fn tree(&mut self, id: Option<ObjectId>) -> Result<RawTree> {
@@ -192,38 +237,58 @@ impl<'r> Walker<'r> {
             return Ok(t.clone());
         }
         let mut buf = self.spare.pop().unwrap_or_default();
-        let held = self.packs.delta_of(&id)?.and_then(|(delta, base)| {
-            let base_id = match base {
-                pack::Base::Id(b) => b,
-                pack::Base::At(place) => *self.held_at.get(&place)?,
-            };
-            Some((delta, self.trees.get(&base_id)?.clone()))
-        });
-        if let Some((delta, base)) = held {
-            self.packs.apply(&delta, &base, &mut buf)?;
-            self.from_deltas += 1;
-        } else {
-            match gix::objs::Find::try_find(&self.repo.objects, &id, &mut buf)? {
+        let planned = self.deltas.remove(&id);
+        let base = planned
+            .as_ref()
+            .and_then(|(_, b)| Some(self.trees.get(b)?.clone()));
+        match (&planned, base) {
+            (Some((delta, _)), Some(base)) => {
+                self.packs.apply(delta, &base, &mut buf)?;
+                self.from_deltas += 1;
+            }
+            _ => match gix::objs::Find::try_find(&self.repo.objects, &id, &mut buf)? {
                 Some(d) if d.kind == gix::object::Kind::Tree => {}
                 _ => anyhow::bail!("tree {id} is missing from the repository"),
-            }
+            },
+        }
+        if let Some((_, b)) = planned {
+            self.release(b);
         }
         let data = Arc::new(buf);
-        // Parents are walked just before their children (or after, newest first): a few
-        // recent trees are all that is ever looked up again.
-        if self.trees.len() > HELD_TREES {
-            self.held_at.clear();
-            let evicted = self
-                .trees
-                .drain()
-                .filter_map(|(_, t)| Arc::try_unwrap(t).ok());
-            self.spare.extend(evicted);
-        }
-        if let Some(place) = self.packs.locate(&id) {
-            self.held_at.insert(place, id);
-        }
+        self.held_bytes += data.len();
         self.trees.insert(id, data.clone());
+        self.recent.push_back(id);
+        if self.recent.len() > 2 {
+            let old = self.recent.pop_front().expect("three recent trees");
+            self.release_if_unused(old);
+        }
         Ok(data)
+    }
+
+    /// One planned use of `base` is done.
+    fn release(&mut self, base: ObjectId) {
+        if let Some(n) = self.uses.get_mut(&base) {
+            *n -= 1;
+            if *n == 0 {
+                self.uses.remove(&base);
+                self.release_if_unused(base);
+            }
+        }
+    }
+
+    /// Let tree `id` go unless it is recent, or a base still to be used (and the held trees
+    /// are within their budget).
+    fn release_if_unused(&mut self, id: ObjectId) {
+        let wanted = self.uses.contains_key(&id) && self.held_bytes <= HELD_TREE_BYTES;
+        if wanted || self.recent.contains(&id) {
+            return;
+        }
+        if let Some(t) = self.trees.remove(&id) {
+            self.held_bytes -= t.len();
+            if self.spare.len() < 4 {
+                self.spare.extend(Arc::try_unwrap(t).ok());
+            }
+        }
     }
 }
 
@@ -356,8 +421,9 @@ pub fn save_cache(history: &History, dir: &Path, path: &Path) -> Result<()> {
 
 /// The delta-base cache of each history walker.
 const PACK_CACHE_BYTES: usize = 192 * 1024 * 1024;
-/// Trees a walker holds at most before it lets them go.
-const HELD_TREES: usize = 8;
+/// The bytes of trees a walker holds for later deltas, at most; past it, those trees are
+/// let go and their deltas resolved by gix.
+const HELD_TREE_BYTES: usize = 512 * 1024 * 1024;
 /// Fewer commits than this per walker are walked by one thread.
 const MIN_SPAN: usize = 256;
 /// Walkers at once, at most (each holds its own caches).
@@ -406,12 +472,15 @@ fn walk_span(
         trees_from_deltas: 0,
         changes: Vec::new(),
     };
-    let mut changed = Vec::new();
-    let order: Box<dyn Iterator<Item = &Link>> = if newest_first {
-        Box::new(commits.iter().rev())
+    let order: Vec<&Link> = if newest_first {
+        commits.iter().rev().collect()
     } else {
-        Box::new(commits.iter())
+        commits.iter().collect()
     };
+    // First the commits' catalogue trees, in the order they will be read, and a plan of
+    // which deltas go onto which of them.
+    let mut steps = Vec::with_capacity(order.len());
+    let mut reads = Vec::new();
     for (id, parent_ids) in order {
         let sub = w.subtree(*id)?;
         let mut parents = Vec::new();
@@ -424,6 +493,18 @@ fn walk_span(
         if parents.contains(&sub) {
             continue;
         }
+        let first = parents.first().copied().flatten();
+        reads.extend(
+            first
+                .into_iter()
+                .chain(sub)
+                .chain(parents.iter().skip(1).flatten().copied()),
+        );
+        steps.push((*id, sub, parents));
+    }
+    w.plan(&reads)?;
+    let mut changed = Vec::new();
+    for (id, sub, parents) in steps {
         changed.clear();
         let first = w.tree(parents.first().copied().flatten())?;
         let now = w.tree(sub)?;
@@ -438,7 +519,7 @@ fn walk_span(
         if changed.is_empty() {
             continue;
         }
-        let commit = repo.find_object(*id)?.try_into_commit()?;
+        let commit = repo.find_object(id)?.try_into_commit()?;
         span.changes
             .push((Arc::new(commit_info(&commit)), std::mem::take(&mut changed)));
     }

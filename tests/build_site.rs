@@ -502,6 +502,45 @@ fn history_from_packed_deltas_equals_history_from_loose_objects() {
     );
     assert_eq!(changes(&packed), changes(&loose));
     assert_eq!(packed.commits_walked, 63);
+    // `git fast-import` packs each tree as a delta on its parent's (the other direction):
+    // the same history again.
+    let imported = tempfile::tempdir().unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    assert!(
+        git(imported.path(), &["init", "-q", "-b", "main"])
+            .wait()
+            .unwrap()
+            .success()
+    );
+    let export = git(repo.path(), &["fast-export", "--all"]).stdout.unwrap();
+    let import = std::process::Command::new("git")
+        .args(["fast-import", "--quiet"])
+        .current_dir(imported.path())
+        .stdin(export)
+        .status()
+        .unwrap();
+    assert!(import.success());
+    assert!(
+        git(imported.path(), &["reset", "-q", "--hard", "main"])
+            .wait()
+            .unwrap()
+            .success()
+    );
+    let fast = capdir::history::read(&imported.path().join("catalogue"));
+    assert!(fast.missing.is_none(), "{:?}", fast.missing);
+    assert!(
+        fast.trees_from_deltas > 30,
+        "only {} trees came from deltas",
+        fast.trees_from_deltas
+    );
+    assert_eq!(changes(&fast), changes(&loose));
     assert!(
         packed
             .of("SIDE.yaml")
