@@ -168,29 +168,51 @@ pub fn render_contract(
     common: &Common,
     c: &Contract,
 ) -> Result<(String, String, String)> {
-    let mut md_ctx = tera::Context::new();
-    md_ctx.insert("c", c);
-    let md = tera.render("contract.md", &md_ctx)?;
-    let json = serde_json::to_string_pretty(c)? + "\n";
-    let mut ctx = context(common, "../")?;
-    ctx.insert("c", c);
-    ctx.insert("history", &c.history);
-    ctx.insert("call", &example_call(c));
-    let schema = match &c.input_schema {
-        Some(s) => serde_json::to_string_pretty(s)?,
-        None => String::new(),
-    };
-    ctx.insert("schema", &schema);
-    let troubleshooting: Vec<String> = c
-        .troubleshooting
-        .iter()
-        .map(|t| inline_markdown(t))
-        .collect();
-    ctx.insert("troubleshooting", &troubleshooting);
-    let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| inline_markdown(m)).collect();
-    ctx.insert("may_invoke", &may_invoke.join("; "));
-    let page = tera.render("row.html", &ctx)?;
-    Ok((md, json, page))
+    Renderer::new(tera, common)?.contract(c)
+}
+
+/// Renders contracts one after another, reusing one context: the parts every page shares
+/// are serialised into it once, and each row's values replace the last row's.
+struct Renderer<'t> {
+    tera: &'t Tera,
+    md: tera::Context,
+    page: tera::Context,
+}
+
+impl<'t> Renderer<'t> {
+    fn new(tera: &'t Tera, common: &Common) -> Result<Renderer<'t>> {
+        Ok(Renderer {
+            tera,
+            md: tera::Context::new(),
+            page: context(common, "../")?,
+        })
+    }
+
+    fn contract(&mut self, c: &Contract) -> Result<(String, String, String)> {
+        let value = tera::to_value(c)?;
+        self.md.insert("c", &value);
+        let md = self.tera.render("contract.md", &self.md)?;
+        let json = serde_json::to_string_pretty(c)? + "\n";
+        let ctx = &mut self.page;
+        ctx.insert("c", &value);
+        ctx.insert("history", &value["history"]);
+        ctx.insert("call", &example_call(c));
+        let schema = match &c.input_schema {
+            Some(s) => serde_json::to_string_pretty(s)?,
+            None => String::new(),
+        };
+        ctx.insert("schema", &schema);
+        let troubleshooting: Vec<String> = c
+            .troubleshooting
+            .iter()
+            .map(|t| inline_markdown(t))
+            .collect();
+        ctx.insert("troubleshooting", &troubleshooting);
+        let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| inline_markdown(m)).collect();
+        ctx.insert("may_invoke", &may_invoke.join("; "));
+        let page = self.tera.render("row.html", ctx)?;
+        Ok((md, json, page))
+    }
 }
 
 /// Write `k/KEY.{md,json,html}` for every contract, on all cores; returns how many files
@@ -223,8 +245,10 @@ pub fn write_contracts(
                 let (dir, old_dir) = (&dir, &old_dir);
                 s.spawn(move || -> Result<usize> {
                     let mut linked = 0;
+                    let mut renderer = Renderer::new(tera, common)?;
                     for c in part {
-                        let (md, json, page) = render_contract(tera, common, c)
+                        let (md, json, page) = renderer
+                            .contract(c)
                             .with_context(|| format!("rendering the contract of {}", c.key))?;
                         for (ext, bytes) in [("md", md), ("json", json), ("html", page)] {
                             let name = format!("{}.{ext}", c.key);
