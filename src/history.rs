@@ -151,6 +151,8 @@ struct Walker<'r> {
     deltas: HashMap<ObjectId, (pack::Delta, ObjectId)>,
     /// How many trees still to be read are deltas on this one.
     uses: HashMap<ObjectId, usize>,
+    /// Entry marks of held trees, from their last diff.
+    marks: HashMap<ObjectId, Marks>,
     /// Buffers of evicted trees, reused: a fresh 400 KB buffer per lookup costs page faults.
     spare: Vec<Vec<u8>>,
     from_deltas: usize,
@@ -168,6 +170,7 @@ impl<'r> Walker<'r> {
             recent: Default::default(),
             deltas: HashMap::new(),
             uses: HashMap::new(),
+            marks: HashMap::new(),
             spare: Vec::new(),
             from_deltas: 0,
         }
@@ -265,6 +268,22 @@ impl<'r> Walker<'r> {
         Ok(data)
     }
 
+    /// Diff the trees `now` and `before` (both read), keeping the marks it finds.
+    fn diff(
+        &mut self,
+        (now_id, now): (Option<ObjectId>, &[u8]),
+        (before_id, before): (Option<ObjectId>, &[u8]),
+        out: &mut Vec<(String, ChangeKind)>,
+    ) {
+        let known = |id: Option<ObjectId>| id.and_then(|i| self.marks.get(&i)).map(Vec::as_slice);
+        let (a, b) = diff(now, before, (known(now_id), known(before_id)), out);
+        for (id, m) in [(now_id, a), (before_id, b)] {
+            if let Some(id) = id.filter(|i| self.trees.contains_key(i)) {
+                self.marks.insert(id, m);
+            }
+        }
+    }
+
     /// One planned use of `base` is done.
     fn release(&mut self, base: ObjectId) {
         if let Some(n) = self.uses.get_mut(&base) {
@@ -283,6 +302,7 @@ impl<'r> Walker<'r> {
         if wanted || self.recent.contains(&id) {
             return;
         }
+        self.marks.remove(&id);
         if let Some(t) = self.trees.remove(&id) {
             self.held_bytes -= t.len();
             if self.spare.len() < 4 {
@@ -304,15 +324,16 @@ fn entry_at(t: &[u8], at: usize) -> Option<(RawEntry<'_>, usize)> {
     Some(((&t[sp + 1..nul], id, blob), nul + 21))
 }
 
-/// Offsets of entries from `from` while they start before `until`, plus the first at or after.
-fn entries_between(t: &[u8], from: usize, until: usize) -> (Vec<RawEntry<'_>>, usize) {
+/// Entries from `from` while they start before `until`, each with its start, plus where the
+/// first at or after `until` starts.
+fn entries_between(t: &[u8], from: usize, until: usize) -> (Vec<(usize, RawEntry<'_>)>, usize) {
     let mut out = Vec::new();
     let mut at = from;
     while at < until {
         let Some((e, next)) = entry_at(t, at) else {
             break;
         };
-        out.push(e);
+        out.push((at, e));
         at = next;
     }
     (out, at)
@@ -349,34 +370,103 @@ fn common_suffix(a: &[u8], b: &[u8]) -> usize {
         .count()
 }
 
-/// Files whose blob differs between two raw trees. The trees share most bytes (a commit
-/// changes a few rows), so only the entries between the common prefix and the common suffix
-/// are parsed: memcmp-speed for a ten-thousand-row directory.
-fn diff(now: &[u8], before: &[u8], out: &mut Vec<(String, ChangeKind)>) {
+/// Known entry starts of a raw tree, ascending: a sample, so that finding the entry at a
+/// position hops over a few entries instead of every one before it.
+type Marks = Vec<usize>;
+
+/// A whole parse keeps every this many entry starts as marks.
+const MARK_EVERY: usize = 32;
+/// Marks kept at most; past it, every other one goes.
+const MAX_MARKS: usize = 1024;
+
+/// Files whose blob differs between two raw trees, and the marks of both trees (`now`'s,
+/// `before`'s). The trees share most bytes (a commit changes a few rows), so only the entries
+/// between the common prefix and the common suffix are parsed: memcmp-speed for a
+/// ten-thousand-row directory. The entry where the difference starts is found by hopping
+/// from the last mark before it, from either tree's marks: where the bytes are the same,
+/// so are the entries.
+fn diff(
+    now: &[u8],
+    before: &[u8],
+    marks: (Option<&[usize]>, Option<&[usize]>),
+    out: &mut Vec<(String, ChangeKind)>,
+) -> (Marks, Marks) {
     let prefix = common_prefix(now, before);
     let max_suffix = now.len().min(before.len()) - prefix;
     let suffix = common_suffix(&now[prefix..], &before[prefix..]).min(max_suffix);
-    // Entry boundaries before the first difference are the same in both trees. An entry
-    // ends 20 bytes after the NUL that ends its name, so hopping from NUL to NUL finds them.
-    let mut start = 0;
-    while let Some(nul) = memchr::memchr(0, &now[start..prefix.min(now.len())]) {
+    let Some(known) = marks.0.or(marks.1) else {
+        return diff_whole(now, before, out);
+    };
+    let lead = &known[..known.partition_point(|&m| m <= prefix)];
+    // An entry ends 20 bytes after the NUL that ends its name: hop from NUL to NUL.
+    let mut start = lead.last().copied().unwrap_or(0);
+    while let Some(nul) = memchr::memchr(0, now.get(start..prefix.min(now.len())).unwrap_or(&[])) {
         let next = start + nul + 21;
         if next > prefix {
             break;
         }
         start = next;
     }
-    let (mut a, end_a) = entries_between(now, start, now.len() - suffix);
-    let (mut b, end_b) = entries_between(before, start, before.len() - suffix);
-    if now[end_a.min(now.len())..] != before[end_b.min(before.len())..] {
+    let (a, end_a) = entries_between(now, start, now.len() - suffix);
+    let (b, end_b) = entries_between(before, start, before.len() - suffix);
+    if now.get(end_a..) != before.get(end_b..) {
         // The boundaries did not line up after the difference: compare every entry.
-        a = entries_between(now, 0, now.len()).0;
-        b = entries_between(before, 0, before.len()).0;
+        return diff_whole(now, before, out);
     }
+    compare(&a, &b, out);
+    // Past the difference, the same bytes: the same entries, shifted by the length change.
+    let tail = |m: &[usize], from: usize, to: usize| -> Vec<usize> {
+        m[m.partition_point(|&x| x < from)..]
+            .iter()
+            .map(|x| x - from + to)
+            .collect()
+    };
+    let marks_of = |middle: &[(usize, RawEntry<'_>)], tail: Vec<usize>| {
+        let mut m: Marks = lead.to_vec();
+        let middle = middle.iter().map(|(at, _)| *at).step_by(8);
+        for x in middle.chain(tail) {
+            if m.last().is_none_or(|&l| x > l) {
+                m.push(x);
+            }
+        }
+        if m.len() > MAX_MARKS {
+            m = m.into_iter().step_by(2).collect();
+        }
+        m
+    };
+    let tail_now = match marks {
+        (Some(n), _) => tail(n, end_a, end_a),
+        (None, Some(b)) => tail(b, end_b, end_a),
+        (None, None) => Vec::new(),
+    };
+    let tail_before = match marks {
+        (_, Some(b)) => tail(b, end_b, end_b),
+        (Some(n), None) => tail(n, end_a, end_b),
+        (None, None) => Vec::new(),
+    };
+    (marks_of(&a, tail_now), marks_of(&b, tail_before))
+}
+
+/// [`diff`] by a parse of both whole trees, marking every [`MARK_EVERY`]th entry.
+fn diff_whole(now: &[u8], before: &[u8], out: &mut Vec<(String, ChangeKind)>) -> (Marks, Marks) {
+    let a = entries_between(now, 0, now.len()).0;
+    let b = entries_between(before, 0, before.len()).0;
+    compare(&a, &b, out);
+    let marks =
+        |e: &[(usize, RawEntry<'_>)]| e.iter().map(|(at, _)| *at).step_by(MARK_EVERY).collect();
+    (marks(&a), marks(&b))
+}
+
+/// Merge-join two runs of entries by name: what was added, modified, deleted.
+fn compare(
+    a: &[(usize, RawEntry<'_>)],
+    b: &[(usize, RawEntry<'_>)],
+    out: &mut Vec<(String, ChangeKind)>,
+) {
     let name = |n: &[u8]| String::from_utf8_lossy(n).into_owned();
     let (mut i, mut j) = (0, 0);
     while i < a.len() || j < b.len() {
-        match (a.get(i), b.get(j)) {
+        match (a.get(i).map(|e| e.1), b.get(j).map(|e| e.1)) {
             (Some(x), Some(y)) if x.0 == y.0 => {
                 if x.1 != y.1 && x.2 {
                     out.push((name(x.0), ChangeKind::Modified));
@@ -506,14 +596,15 @@ fn walk_span(
     let mut changed = Vec::new();
     for (id, sub, parents) in steps {
         changed.clear();
-        let first = w.tree(parents.first().copied().flatten())?;
+        let first_id = parents.first().copied().flatten();
+        let first = w.tree(first_id)?;
         let now = w.tree(sub)?;
-        diff(&now, &first, &mut changed);
+        w.diff((sub, &now), (first_id, &first), &mut changed);
         // A merge reports only what differs from every parent: what the merge itself did.
         for p in parents.iter().skip(1) {
             let other = w.tree(*p)?;
             let mut against_other = Vec::new();
-            diff(&now, &other, &mut against_other);
+            w.diff((sub, &now), (*p, &other), &mut against_other);
             changed.retain(|c| against_other.contains(c));
         }
         if changed.is_empty() {
@@ -691,7 +782,7 @@ mod tests {
             ("F.yaml", 6),
         ]);
         let mut out = Vec::new();
-        diff(&now, &before, &mut out);
+        diff(&now, &before, (None, None), &mut out);
         out.sort();
         assert_eq!(
             out,
@@ -703,9 +794,9 @@ mod tests {
             ]
         );
         let mut out = Vec::new();
-        diff(&before, &before, &mut out);
+        diff(&before, &before, (None, None), &mut out);
         assert!(out.is_empty());
-        diff(&before, &[], &mut out);
+        diff(&before, &[], (None, None), &mut out);
         assert_eq!(out.len(), 4);
     }
 
@@ -715,7 +806,79 @@ mod tests {
         let before = tree(&[("AA.yaml", b'B'), ("BB.yaml", 7)]);
         let now = tree(&[("AA.yaml", b'C'), ("BB.yaml", 7)]);
         let mut out = Vec::new();
-        diff(&now, &before, &mut out);
+        diff(&now, &before, (None, None), &mut out);
         assert_eq!(out, vec![("AA.yaml".to_string(), ChangeKind::Modified)]);
+    }
+
+    /// A long run of random edits, adds and deletes, diffed as the walker does (each tree's
+    /// marks carried from its last diff, in either direction): always what a whole parse finds.
+    #[test]
+    fn diff_with_carried_marks_matches_whole_parses() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let build = |rows: &BTreeMap<String, u8>| {
+            let mut t = Vec::new();
+            for (name, id) in rows {
+                t.extend_from_slice(b"100644 ");
+                t.extend_from_slice(name.as_bytes());
+                t.push(0);
+                // Ids full of NULs and name-like bytes, to tempt the hop.
+                t.extend_from_slice(&[
+                    *id, 0, b'1', 0, b' ', *id, 0, 0, b'A', 0, 7, 0, 0, 1, 0, *id, 0, 2, 0, 0,
+                ]);
+            }
+            t
+        };
+        let mut rows: BTreeMap<String, u8> = (0..400)
+            .map(|i| (format!("R{:05}.yaml", i * 7), (i % 250) as u8))
+            .collect();
+        let mut before = build(&rows);
+        let mut marks: Option<Marks> = None;
+        for step in 0..600 {
+            for _ in 0..1 + next(3) {
+                let key = format!("R{:05}.yaml", next(4000));
+                match next(3) {
+                    0 => {
+                        rows.remove(&key);
+                    }
+                    _ => {
+                        rows.insert(key, next(250) as u8);
+                    }
+                }
+            }
+            let now = build(&rows);
+            let (mut fast, mut whole) = (Vec::new(), Vec::new());
+            diff_whole(&now, &before, &mut whole);
+            // Alternate which side brings the marks, as the two walk directions do.
+            let (m_now, m_before) = if step % 2 == 0 {
+                diff(&now, &before, (None, marks.as_deref()), &mut fast)
+            } else {
+                let (b, a) = diff(&before, &now, (marks.as_deref(), None), &mut Vec::new());
+                diff(&now, &before, (Some(&a), Some(&b)), &mut fast);
+                (a, b)
+            };
+            fast.sort();
+            whole.sort();
+            assert_eq!(fast, whole, "step {step}");
+            for m in [&m_now, &m_before] {
+                assert!(m.windows(2).all(|w| w[0] < w[1]));
+            }
+            let starts: std::collections::HashSet<usize> = entries_between(&now, 0, now.len())
+                .0
+                .iter()
+                .map(|e| e.0)
+                .collect();
+            assert!(
+                m_now.iter().all(|m| starts.contains(m)),
+                "step {step}: a mark off an entry"
+            );
+            marks = Some(m_now);
+            before = now;
+        }
     }
 }
