@@ -1,7 +1,7 @@
 //! `capdir build`: the catalogue compiled into a site, one named step per output, each timed.
 //!
 //! check → index → history → snapshot → pages → projections, the history walked on its own
-//! thread alongside the first two. Everything is written into a temporary directory beside
+//! thread alongside the first two, and the snapshot and projections alongside the pages. Everything is written into a temporary directory beside
 //! the target and swapped into place at the end, so a failed build leaves the previous site
 //! untouched and a server reading the site never sees half of one.
 
@@ -223,53 +223,12 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
         let tombs = tombstones(&history, &all_rows, &urls);
 
-        if history.missing.is_none() {
-            history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
-        }
-        snapshot::write(
-            &tmp.join("catalogue.sqlite"),
-            &all_rows,
-            &history,
-            &tombs,
-            &info,
-        )?;
-        steps.done(
-            "snapshot",
-            format!("{} rows, {} tombstones", all_rows.len(), tombs.len()),
-        )?;
-
-        let contracts: Vec<Contract> = enabled
-            .iter()
-            .map(|r| {
-                let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                Contract::new(r, history.of(file), &urls)
-            })
-            .collect();
         let common = Common {
             site: SiteMeta::default_for(&counts),
             counts: &counts,
             build: &info,
             repo_url: repo_url.clone(),
         };
-        let tera = site::tera()?;
-        let bar = progress_bar(opts.progress, contracts.len() as u64);
-        let previous = opts.out.is_dir().then_some(opts.out.as_path());
-        let linked =
-            site::write_contracts(&tmp, previous, &tera, &common, &contracts, &|n| bar.inc(n))?;
-        bar.finish_and_clear();
-        for t in &tombs {
-            site::write_tombstone(&tmp, &tera, &common, t)?;
-        }
-        site::write_pages(&tmp, &tera, &common, &enabled, &contracts, &tombs)?;
-        steps.done(
-            "pages",
-            format!(
-                "{} contracts ×3 ({linked} files unchanged, linked), {} tombstones",
-                contracts.len(),
-                tombs.len()
-            ),
-        )?;
-
         let mut categories: Vec<String> = enabled
             .iter()
             .map(|r| {
@@ -282,10 +241,76 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             .collect();
         categories.sort();
         categories.dedup();
-        site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
-        steps.done(
+        // The snapshot and the projections run on a thread of their own alongside the pages,
+        // filling the core the pages leave idle while one thread writes the index pages.
+        let (side, pages) = std::thread::scope(|s| {
+            let side = s.spawn(|| -> Result<[Duration; 2]> {
+                let started = Instant::now();
+                if history.missing.is_none() {
+                    history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
+                }
+                snapshot::write(
+                    &tmp.join("catalogue.sqlite"),
+                    &all_rows,
+                    &history,
+                    &tombs,
+                    &info,
+                )?;
+                let snapshot = started.elapsed();
+                let started = Instant::now();
+                site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
+                Ok([snapshot, started.elapsed()])
+            });
+            let pages = (|| -> Result<(usize, usize)> {
+                let contracts: Vec<Contract> = enabled
+                    .iter()
+                    .map(|r| {
+                        let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                        Contract::new(r, history.of(file), &urls)
+                    })
+                    .collect();
+                let tera = site::tera()?;
+                let bar = progress_bar(opts.progress, contracts.len() as u64);
+                let previous = opts.out.is_dir().then_some(opts.out.as_path());
+                let linked =
+                    site::write_contracts(&tmp, previous, &tera, &common, &contracts, &|n| {
+                        bar.inc(n)
+                    })?;
+                bar.finish_and_clear();
+                for t in &tombs {
+                    site::write_tombstone(&tmp, &tera, &common, t)?;
+                }
+                site::write_pages(&tmp, &tera, &common, &enabled, &contracts, &tombs)?;
+                Ok((contracts.len(), linked))
+            })();
+            let side = side
+                .join()
+                .unwrap_or_else(|_| Err(anyhow!("the snapshot thread panicked")));
+            (side, pages)
+        });
+        let (pages_took, [snapshot_took, projections_took]) = (steps.started.elapsed(), side?);
+        steps.took(
+            "snapshot",
+            snapshot_took,
+            format!(
+                "{} rows, {} tombstones, alongside pages",
+                all_rows.len(),
+                tombs.len()
+            ),
+        )?;
+        let (written, linked) = pages?;
+        steps.took(
+            "pages",
+            pages_took,
+            format!(
+                "{written} contracts ×3 ({linked} files unchanged, linked), {} tombstones",
+                tombs.len()
+            ),
+        )?;
+        steps.took(
             "projections",
-            "registry, counts, mcp/tools, llms.txt, sitemap".into(),
+            projections_took,
+            "registry, counts, mcp/tools, llms.txt, sitemap, alongside pages".into(),
         )?;
         Ok(info)
     })();
