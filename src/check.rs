@@ -30,31 +30,56 @@ impl Checked {
     }
 }
 
-/// Parse and check every file; rows come back sorted by key.
+/// Parse and check every file, on all cores; rows come back sorted by key.
 pub fn check_files(files: &[SourceFile]) -> Checked {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    // Small catalogues are not worth a thread.
+    let chunk = files.len().div_ceil(workers).max(256);
+    let parts: Vec<(Vec<Row>, Vec<Diagnostic>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| s.spawn(move || check_each(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("checking a row does not panic"))
+            .collect()
+    });
     let mut out = Checked {
         files: files.len(),
         ..Default::default()
     };
-    for file in files {
-        let parsed = row::parse_row(&file.path, &file.bytes);
-        out.diags.extend(parsed.diags);
-        if let Ok(text) = std::str::from_utf8(&file.bytes)
-            && file.bytes.len() <= row::MAX_ROW_BYTES
-        {
-            out.diags.extend(check_secrets(&file.path, text));
-            out.diags.extend(check_placeholders(&file.path, text));
-        }
-        if let Some(row) = parsed.row {
-            out.diags.extend(check_row(&row));
-            out.rows.push(row);
-        }
+    for (rows, diags) in parts {
+        out.rows.extend(rows);
+        out.diags.extend(diags);
     }
     out.rows
         .sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.path.cmp(&b.path)));
     out.diags.extend(check_across(&out.rows));
     crate::diag::sort(&mut out.diags);
     out
+}
+
+/// The rules of one file at a time: its rows and their diagnostics.
+fn check_each(files: &[SourceFile]) -> (Vec<Row>, Vec<Diagnostic>) {
+    let (mut rows, mut diags) = (Vec::new(), Vec::new());
+    for file in files {
+        let parsed = row::parse_row(&file.path, &file.bytes);
+        diags.extend(parsed.diags);
+        if let Ok(text) = std::str::from_utf8(&file.bytes)
+            && file.bytes.len() <= row::MAX_ROW_BYTES
+        {
+            diags.extend(check_secrets(&file.path, text));
+            diags.extend(check_placeholders(&file.path, text));
+        }
+        if let Some(row) = parsed.row {
+            diags.extend(check_row(&row));
+            rows.push(row);
+        }
+    }
+    (rows, diags)
 }
 
 fn check_secrets(path: &Path, text: &str) -> Vec<Diagnostic> {
