@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 use pulldown_cmark::{Event, Options, Parser, html};
 use serde::Serialize;
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::OnceLock;
 use tera::Tera;
@@ -177,6 +177,9 @@ struct Renderer<'t> {
     tera: &'t Tera,
     md: tera::Context,
     page: tera::Context,
+    /// Troubleshooting and credential lines as HTML: the same few lines recur on every row
+    /// of a type, so each is converted once.
+    inline: HashMap<String, String>,
 }
 
 impl<'t> Renderer<'t> {
@@ -185,7 +188,17 @@ impl<'t> Renderer<'t> {
             tera,
             md: tera::Context::new(),
             page: context(common, "../")?,
+            inline: HashMap::new(),
         })
+    }
+
+    fn inline(&mut self, md: &str) -> String {
+        if let Some(html) = self.inline.get(md) {
+            return html.clone();
+        }
+        let html = inline_markdown(md);
+        self.inline.insert(md.to_string(), html.clone());
+        html
     }
 
     fn contract(&mut self, c: &Contract) -> Result<(String, String, String)> {
@@ -193,6 +206,9 @@ impl<'t> Renderer<'t> {
         self.md.insert("c", &value);
         let md = self.tera.render("contract.md", &self.md)?;
         let json = serde_json::to_string_pretty(c)? + "\n";
+        let troubleshooting: Vec<String> =
+            c.troubleshooting.iter().map(|t| self.inline(t)).collect();
+        let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| self.inline(m)).collect();
         let ctx = &mut self.page;
         ctx.insert("c", &value);
         ctx.insert("history", &value["history"]);
@@ -202,13 +218,7 @@ impl<'t> Renderer<'t> {
             None => String::new(),
         };
         ctx.insert("schema", &schema);
-        let troubleshooting: Vec<String> = c
-            .troubleshooting
-            .iter()
-            .map(|t| inline_markdown(t))
-            .collect();
         ctx.insert("troubleshooting", &troubleshooting);
-        let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| inline_markdown(m)).collect();
         ctx.insert("may_invoke", &may_invoke.join("; "));
         let page = self.tera.render("row.html", ctx)?;
         Ok((md, json, page))
