@@ -175,7 +175,6 @@ pub fn render_contract(
 /// are serialised into it once, and each row's values replace the last row's.
 struct Renderer<'t> {
     tera: &'t Tera,
-    md: tera::Context,
     page: tera::Context,
     /// Troubleshooting and credential lines as HTML: the same few lines recur on every row
     /// of a type, so each is converted once.
@@ -186,7 +185,6 @@ impl<'t> Renderer<'t> {
     fn new(tera: &'t Tera, common: &Common) -> Result<Renderer<'t>> {
         Ok(Renderer {
             tera,
-            md: tera::Context::new(),
             page: context(common, "../")?,
             inline: HashMap::new(),
         })
@@ -202,16 +200,13 @@ impl<'t> Renderer<'t> {
     }
 
     fn contract(&mut self, c: &Contract) -> Result<(String, String, String)> {
-        let value = tera::to_value(c)?;
-        self.md.insert("c", &value);
-        let md = self.tera.render("contract.md", &self.md)?;
         let json = serde_json::to_string_pretty(c)? + "\n";
         let troubleshooting: Vec<String> =
             c.troubleshooting.iter().map(|t| self.inline(t)).collect();
         let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| self.inline(m)).collect();
         let ctx = &mut self.page;
-        ctx.insert("c", &value);
-        ctx.insert("history", &value["history"]);
+        ctx.insert("c", c);
+        ctx.insert("history", &c.history);
         ctx.insert("call", &example_call(c));
         let schema = match &c.input_schema {
             Some(s) => serde_json::to_string_pretty(s)?,
@@ -220,6 +215,8 @@ impl<'t> Renderer<'t> {
         ctx.insert("schema", &schema);
         ctx.insert("troubleshooting", &troubleshooting);
         ctx.insert("may_invoke", &may_invoke.join("; "));
+        // The markdown template reads only `c`: it renders from the page's context.
+        let md = self.tera.render("contract.md", ctx)?;
         let page = self.tera.render("row.html", ctx)?;
         Ok((md, json, page))
     }
