@@ -2,8 +2,9 @@
 //! read in ONE walk over the history (not one walk per file).
 //!
 //! Each commit's catalogue subtree id is compared with its parent's; only when they differ are
-//! the two subtrees decoded and merge-joined by file name. Times come from commits, never the
-//! clock, so a build of the same commit is the same.
+//! the two subtrees read (mostly by applying their pack delta onto a tree already held, see
+//! [`pack`]) and merge-joined by file name, from the first byte where they differ. Times come
+//! from commits, never the clock, so a build of the same commit is the same.
 
 mod pack;
 
@@ -643,9 +644,8 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
         _ => None,
     };
     let hidden: Vec<ObjectId> = known.iter().map(|(id, _)| *id).collect();
-    // Oldest first. Packs store a tree as a delta on an older one; decoded trees are cached,
-    // so in this order each lookup applies one delta to its cached base, where newest first
-    // would replay the whole chain for every commit.
+    // In commit order, oldest first; walked in the direction the pack was written (see
+    // `packed_newest_first`), so that each tree's delta base has been read before it.
     let mut commits = repo
         .rev_walk([head.detach()])
         .with_hidden(hidden)
