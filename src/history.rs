@@ -3,7 +3,7 @@
 //!
 //! Each commit's catalogue subtree id is compared with its parent's; only when they differ are
 //! the two subtrees read (mostly by applying their pack delta onto a tree already held, see
-//! [`pack`]) and merge-joined by file name, from the first byte where they differ. Times come
+//! `history/pack.rs`) and merge-joined by file name, from the first byte where they differ. Times come
 //! from commits, never the clock, so a build of the same commit is the same.
 
 mod pack;
