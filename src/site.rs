@@ -244,27 +244,43 @@ pub fn write_contracts(
         .map(|n| n.get())
         .unwrap_or(1)
         .min(8);
-    let chunk = contracts.len().div_ceil(workers).max(1);
+    // Workers take the next batch as they finish one: a worker that shares its core with
+    // another thread of the build does less, not the same half as the others.
+    const BATCH: usize = 32;
+    let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let handles: Vec<_> = contracts
-            .chunks(chunk)
-            .map(|part| {
-                let (dir, old_dir) = (&dir, &old_dir);
+        let handles: Vec<_> = (0..workers.min(contracts.len().div_ceil(BATCH)).max(1))
+            .map(|_| {
+                let (dir, old_dir, next) = (&dir, &old_dir, &next);
                 s.spawn(move || -> Result<usize> {
                     let mut linked = 0;
                     let mut renderer = Renderer::new(tera, common)?;
-                    for c in part {
-                        let (md, json, page) = renderer
-                            .contract(c)
-                            .with_context(|| format!("rendering the contract of {}", c.key))?;
-                        for (ext, bytes) in [("md", md), ("json", json), ("html", page)] {
-                            let name = format!("{}.{ext}", c.key);
-                            let old = old_dir.as_ref().map(|d| d.join(&name));
-                            if write_or_link(&dir.join(&name), bytes.as_bytes(), old.as_deref())? {
-                                linked += 1;
-                            }
+                    loop {
+                        let from = next.fetch_add(BATCH, std::sync::atomic::Ordering::Relaxed);
+                        let Some(batch) = contracts.get(from..(from + BATCH).min(contracts.len()))
+                        else {
+                            break;
+                        };
+                        if batch.is_empty() {
+                            break;
                         }
-                        progress(1);
+                        for c in batch {
+                            let (md, json, page) = renderer
+                                .contract(c)
+                                .with_context(|| format!("rendering the contract of {}", c.key))?;
+                            for (ext, bytes) in [("md", md), ("json", json), ("html", page)] {
+                                let name = format!("{}.{ext}", c.key);
+                                let old = old_dir.as_ref().map(|d| d.join(&name));
+                                if write_or_link(
+                                    &dir.join(&name),
+                                    bytes.as_bytes(),
+                                    old.as_deref(),
+                                )? {
+                                    linked += 1;
+                                }
+                            }
+                            progress(1);
+                        }
                     }
                     Ok(linked)
                 })
