@@ -7,6 +7,8 @@
 #                               the layout a clone from a Git host has: trees stored as deltas
 #                               on newer trees, where the generator (git fast-import) stores
 #                               each on its parent's.
+#   BENCH_OUT=DIR                where the repositories and outputs live (default /tmp/capdir-bench);
+#                               /dev/shm/... measures both tools without this disk's noise.
 #
 # Every timed build writes into a directory that did not exist, and nothing is deleted
 # between them: on ext4 without a journal (this machine's disk) the kernel passes over inodes
