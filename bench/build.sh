@@ -7,7 +7,7 @@
 #                               the layout a clone from a Git host has: trees stored as deltas
 #                               on newer trees, where the generator (git fast-import) stores
 #                               each on its parent's.
-#   BENCH_OUT=DIR                where the repositories and outputs live (default /tmp/capdir-bench);
+#   BENCH_OUT=DIR               where the repositories and outputs live (default /tmp/capdir-bench);
 #                               /dev/shm/... measures both tools without this disk's noise.
 #
 # Every timed build writes into a directory that did not exist, and nothing is deleted

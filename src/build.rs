@@ -1,9 +1,10 @@
 //! `capdir build`: the catalogue compiled into a site, one named step per output, each timed.
 //!
 //! check → index → history → snapshot → pages → projections, the history walked on its own
-//! thread alongside the first two, and the snapshot and projections alongside the pages. Everything is written into a temporary directory beside
-//! the target and swapped into place at the end, so a failed build leaves the previous site
-//! untouched and a server reading the site never sees half of one.
+//! thread alongside the first two, and the snapshot and projections alongside the pages.
+//! Everything is written into a temporary directory beside the target and swapped into place
+//! at the end, so a failed build leaves the previous site untouched and a server reading the
+//! site never sees half of one.
 
 use crate::catalogue;
 use crate::check::check_files;

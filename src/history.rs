@@ -3,8 +3,8 @@
 //!
 //! Each commit's catalogue subtree id is compared with its parent's; only when they differ are
 //! the two subtrees read (mostly by applying their pack delta onto a tree already held, see
-//! `history/pack.rs`) and merge-joined by file name, from the first byte where they differ. Times come
-//! from commits, never the clock, so a build of the same commit is the same.
+//! `history/pack.rs`) and merge-joined by file name, from the first byte where they differ.
+//! Times come from commits, never the clock, so a build of the same commit is the same.
 
 mod pack;
 
@@ -66,7 +66,7 @@ pub struct History {
     /// Why there is no history, when there is none (not a Git repository, no commits).
     pub missing: Option<String>,
     pub commits_walked: usize,
-    /// Trees read as a delta straight from the pack onto their parent's (the fast path).
+    /// Trees read by applying their pack delta onto a tree the walk held (the fast path).
     pub trees_from_deltas: usize,
 }
 
@@ -200,33 +200,28 @@ impl<'r> Walker<'r> {
     /// as a delta on another of them, and so which must be held until their last use as a
     /// base. Git gives one base many deltas (a star, not a chain), so few are held at once.
     fn plan(&mut self, trees: &[ObjectId]) -> Result<()> {
+        // Trees met so far, by where they are in the packs: a base must be read before the
+        // tree that is a delta on it.
+        let mut read = std::collections::HashSet::new();
         let mut at: HashMap<pack::Place, ObjectId> = HashMap::new();
         for t in trees {
-            if let Some(place) = self.packs.locate(t) {
-                at.insert(place, *t);
-            }
-        }
-        let mut read = std::collections::HashSet::new();
-        for t in trees {
-            read.insert(*t);
-            if self.deltas.contains_key(t) {
+            if !read.insert(*t) {
                 continue;
             }
-            let Some((delta, base)) = self.packs.delta_of(t)? else {
+            let Some(place) = self.packs.locate(t) else {
+                continue;
+            };
+            at.insert(place, *t);
+            let Some((delta, base)) = self.packs.delta_at(t, place)? else {
                 continue;
             };
             let base = match base {
-                pack::Base::Id(b) => b,
-                pack::Base::At(place) => match at.get(&place) {
-                    Some(b) => *b,
-                    None => continue,
-                },
+                pack::Base::Id(b) if read.contains(&b) => b,
+                pack::Base::At(place) if at.contains_key(&place) => at[&place],
+                _ => continue,
             };
-            // A base read after its delta is of no use to it.
-            if read.contains(&base) {
-                *self.uses.entry(base).or_default() += 1;
-                self.deltas.insert(*t, (delta, base));
-            }
+            *self.uses.entry(base).or_default() += 1;
+            self.deltas.insert(*t, (delta, base));
         }
         Ok(())
     }
@@ -539,8 +534,8 @@ fn open_for_walk(dir: &Path) -> Result<gix::Repository> {
     // No object cache: the walker keeps the few trees it looks at again, and copying every
     // half-megabyte tree into a cache it never hits cost a seventh of the walk.
     repo.object_cache_size(0);
-    // Trees that are not a delta on their parent's are resolved by gix through its cache of
-    // decoded delta bases: a lookup is then mostly one delta applied to a cached base.
+    // Trees whose delta base the walker does not hold are resolved by gix through its cache
+    // of decoded delta bases: a lookup is then mostly one delta applied to a cached base.
     repo.objects.set_pack_cache(|| {
         Box::new(gix::odb::pack::cache::lru::MemoryCappedHashmap::new(
             PACK_CACHE_BYTES,

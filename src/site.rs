@@ -162,15 +162,6 @@ pub fn example_call(c: &Contract) -> String {
     )
 }
 
-/// The three contract files of one row.
-pub fn render_contract(
-    tera: &Tera,
-    common: &Common,
-    c: &Contract,
-) -> Result<(String, String, String)> {
-    Renderer::new(tera, common)?.contract(c)
-}
-
 /// Renders contracts one after another, reusing one context: the parts every page shares
 /// are serialised into it once, and each row's values replace the last row's.
 struct Renderer<'t> {
@@ -245,26 +236,20 @@ pub fn write_contracts(
         .unwrap_or(1)
         .min(8);
     // Workers take the next batch as they finish one: a worker that shares its core with
-    // another thread of the build does less, not the same half as the others.
-    const BATCH: usize = 32;
+    // another thread of the build does less, not the same share as the others.
+    let batches: Vec<&[Contract]> = contracts.chunks(32).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers.min(contracts.len().div_ceil(BATCH)).max(1))
+        let handles: Vec<_> = (0..workers.min(batches.len()).max(1))
             .map(|_| {
-                let (dir, old_dir, next) = (&dir, &old_dir, &next);
+                let (dir, old_dir, next, batches) = (&dir, &old_dir, &next, &batches);
                 s.spawn(move || -> Result<usize> {
                     let mut linked = 0;
                     let mut renderer = Renderer::new(tera, common)?;
-                    loop {
-                        let from = next.fetch_add(BATCH, std::sync::atomic::Ordering::Relaxed);
-                        let Some(batch) = contracts.get(from..(from + BATCH).min(contracts.len()))
-                        else {
-                            break;
-                        };
-                        if batch.is_empty() {
-                            break;
-                        }
-                        for c in batch {
+                    while let Some(batch) =
+                        batches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                    {
+                        for c in *batch {
                             let (md, json, page) = renderer
                                 .contract(c)
                                 .with_context(|| format!("rendering the contract of {}", c.key))?;

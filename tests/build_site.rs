@@ -504,36 +504,22 @@ fn history_from_packed_deltas_equals_history_from_loose_objects() {
     assert_eq!(packed.commits_walked, 63);
     // `git fast-import` packs each tree as a delta on its parent's (the other direction):
     // the same history again.
-    let imported = tempfile::tempdir().unwrap();
-    let git = |dir: &Path, args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    assert!(
-        git(imported.path(), &["init", "-q", "-b", "main"])
-            .wait()
-            .unwrap()
-            .success()
-    );
-    let export = git(repo.path(), &["fast-export", "--all"]).stdout.unwrap();
+    let imported = Repo::new();
+    let mut export = std::process::Command::new("git")
+        .args(["fast-export", "--all"])
+        .current_dir(repo.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let import = std::process::Command::new("git")
         .args(["fast-import", "--quiet"])
         .current_dir(imported.path())
-        .stdin(export)
+        .stdin(export.stdout.take().unwrap())
         .status()
         .unwrap();
-    assert!(import.success());
-    assert!(
-        git(imported.path(), &["reset", "-q", "--hard", "main"])
-            .wait()
-            .unwrap()
-            .success()
-    );
-    let fast = capdir::history::read(&imported.path().join("catalogue"));
+    assert!(import.success() && export.wait().unwrap().success());
+    imported.git(&["reset", "-q", "--hard", "main"], None);
+    let fast = capdir::history::read(&imported.catalogue());
     assert!(fast.missing.is_none(), "{:?}", fast.missing);
     assert!(
         fast.trees_from_deltas > 30,

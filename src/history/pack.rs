@@ -2,9 +2,9 @@
 //! holds already. Git packs the successive versions of a directory as deltas on each other,
 //! so in a walk in the direction the pack was written, a commit's catalogue tree is mostly a
 //! small delta on a tree read a few commits before: one inflate of a few dozen bytes and one
-//! copy of the tree. gix's general
-//! lookup resolves the same object through its delta-base cache, copying the whole tree in and
-//! out of the cache; with ten thousand rows that tree is half a megabyte, per commit.
+//! copy of the tree. gix's general lookup resolves the same object through its delta-base
+//! cache, copying the whole tree in and out of the cache; with ten thousand rows that tree is
+//! half a megabyte, per commit.
 //!
 //! gix-pack keeps its delta decoder to itself, so the few lines that apply Git's delta format
 //! (copy-from-base and insert instructions, <https://git-scm.com/docs/pack-format>) are here.
@@ -56,11 +56,8 @@ impl Packs {
         })
     }
 
-    /// When `id` is stored as a delta in a pack: the delta, and where its base is.
-    pub fn delta_of(&self, id: &ObjectId) -> Result<Option<(Delta, Base)>> {
-        let Some((at, offset)) = self.locate(id) else {
-            return Ok(None);
-        };
+    /// When the object `id` at `place` is stored as a delta: the delta, and where its base is.
+    pub fn delta_at(&self, id: &ObjectId, (at, offset): Place) -> Result<Option<(Delta, Base)>> {
         let entry = self.bundles[at]
             .pack
             .entry(offset)
