@@ -356,7 +356,7 @@ fn flow_error(row: &Row, e: &flow::FlowError) -> Diagnostic {
         &row.path,
         (
             base.0,
-            if row.spans.content_line == 0 {
+            if row.spans.content_line() == 0 {
                 base.1
             } else {
                 base.1 + col - 1

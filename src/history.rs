@@ -141,6 +141,8 @@ struct Walker<'r> {
     repo: &'r gix::Repository,
     rel: std::path::PathBuf,
     subtree_of: HashMap<ObjectId, Option<ObjectId>>,
+    /// What history shows of the commits read for their subtree, so none is read twice.
+    info_of: HashMap<ObjectId, Arc<CommitInfo>>,
     packs: pack::Packs,
     /// The trees held: the last two read (a commit's and its parent's), and those a tree
     /// still to be read is a delta on.
@@ -154,6 +156,9 @@ struct Walker<'r> {
     uses: HashMap<ObjectId, usize>,
     /// Entry marks of held trees, from their last diff.
     marks: HashMap<ObjectId, Marks>,
+    /// Held trees read from a delta: the base, and the bytes the delta's copies say the two
+    /// share at either end.
+    shared: HashMap<ObjectId, (ObjectId, pack::Shared)>,
     /// Buffers of evicted trees, reused: a fresh 400 KB buffer per lookup costs page faults.
     spare: Vec<Vec<u8>>,
     from_deltas: usize,
@@ -165,6 +170,7 @@ impl<'r> Walker<'r> {
             repo,
             rel,
             subtree_of: HashMap::new(),
+            info_of: HashMap::new(),
             packs: pack::Packs::open(repo),
             trees: HashMap::new(),
             held_bytes: 0,
@@ -172,6 +178,7 @@ impl<'r> Walker<'r> {
             deltas: HashMap::new(),
             uses: HashMap::new(),
             marks: HashMap::new(),
+            shared: HashMap::new(),
             spare: Vec::new(),
             from_deltas: 0,
         }
@@ -184,6 +191,7 @@ impl<'r> Walker<'r> {
             return Ok(*s);
         }
         let commit = self.repo.find_object(id)?.try_into_commit()?;
+        self.info_of.insert(id, Arc::new(commit_info(&commit)));
         let tree = commit.tree()?;
         let sub = if self.rel.as_os_str().is_empty() {
             Some(tree.id)
@@ -241,8 +249,9 @@ impl<'r> Walker<'r> {
             .as_ref()
             .and_then(|(_, b)| Some(self.trees.get(b)?.clone()));
         match (&planned, base) {
-            (Some((delta, _)), Some(base)) => {
-                self.packs.apply(delta, &base, &mut buf)?;
+            (Some((delta, base_id)), Some(base)) => {
+                let shared = self.packs.apply(delta, &base, &mut buf)?;
+                self.shared.insert(id, (*base_id, shared));
                 self.from_deltas += 1;
             }
             _ => match gix::objs::Find::try_find(&self.repo.objects, &id, &mut buf)? {
@@ -272,7 +281,15 @@ impl<'r> Walker<'r> {
         out: &mut Vec<(String, ChangeKind)>,
     ) {
         let known = |id: Option<ObjectId>| id.and_then(|i| self.marks.get(&i)).map(Vec::as_slice);
-        let (a, b) = diff(now, before, (known(now_id), known(before_id)), out);
+        // When one tree is a delta on the other, its copies name bytes the two share.
+        let delta_on = |t: Option<ObjectId>, base: Option<ObjectId>| {
+            let (on, shared) = self.shared.get(&t?)?;
+            (Some(*on) == base).then_some(*shared)
+        };
+        let shared = delta_on(now_id, before_id)
+            .or_else(|| delta_on(before_id, now_id))
+            .unwrap_or_default();
+        let (a, b) = diff(now, before, (known(now_id), known(before_id)), shared, out);
         for (id, m) in [(now_id, a), (before_id, b)] {
             if let Some(id) = id.filter(|i| self.trees.contains_key(i)) {
                 self.marks.insert(id, m);
@@ -299,6 +316,7 @@ impl<'r> Walker<'r> {
             return;
         }
         self.marks.remove(&id);
+        self.shared.remove(&id);
         if let Some(t) = self.trees.remove(&id) {
             self.held_bytes -= t.len();
             if self.spare.len() < 4 {
@@ -378,18 +396,27 @@ const MAX_MARKS: usize = 1024;
 /// Files whose blob differs between two raw trees, and the marks of both trees (`now`'s,
 /// `before`'s). The trees share most bytes (a commit changes a few rows), so only the entries
 /// between the common prefix and the common suffix are parsed: memcmp-speed for a
-/// ten-thousand-row directory. The entry where the difference starts is found by hopping
+/// ten-thousand-row directory, and less when `shared` (from a delta between the two) says
+/// how much of each end is known to be the same. The entry where the difference starts is found by hopping
 /// from the last mark before it, from either tree's marks: where the bytes are the same,
 /// so are the entries.
 fn diff(
     now: &[u8],
     before: &[u8],
     marks: (Option<&[usize]>, Option<&[usize]>),
+    shared: pack::Shared,
     out: &mut Vec<(String, ChangeKind)>,
 ) -> (Marks, Marks) {
-    let prefix = common_prefix(now, before);
-    let max_suffix = now.len().min(before.len()) - prefix;
-    let suffix = common_suffix(&now[prefix..], &before[prefix..]).min(max_suffix);
+    let shortest = now.len().min(before.len());
+    let known = shared.prefix.min(shortest);
+    let prefix = known + common_prefix(&now[known..], &before[known..]);
+    let max_suffix = shortest - prefix;
+    let known = shared.suffix.min(max_suffix);
+    let (rest_now, rest_before) = (
+        &now[prefix..now.len() - known],
+        &before[prefix..before.len() - known],
+    );
+    let suffix = (known + common_suffix(rest_now, rest_before)).min(max_suffix);
     let Some(known) = marks.0.or(marks.1) else {
         return diff_whole(now, before, out);
     };
@@ -606,9 +633,11 @@ fn walk_span(
         if changed.is_empty() {
             continue;
         }
-        let commit = repo.find_object(id)?.try_into_commit()?;
-        span.changes
-            .push((Arc::new(commit_info(&commit)), std::mem::take(&mut changed)));
+        let info = match w.info_of.get(&id) {
+            Some(info) => info.clone(),
+            None => Arc::new(commit_info(&repo.find_object(id)?.try_into_commit()?)),
+        };
+        span.changes.push((info, std::mem::take(&mut changed)));
     }
     span.trees_from_deltas = w.from_deltas;
     Ok(span)
@@ -777,7 +806,7 @@ mod tests {
             ("F.yaml", 6),
         ]);
         let mut out = Vec::new();
-        diff(&now, &before, (None, None), &mut out);
+        diff(&now, &before, (None, None), Default::default(), &mut out);
         out.sort();
         assert_eq!(
             out,
@@ -789,9 +818,9 @@ mod tests {
             ]
         );
         let mut out = Vec::new();
-        diff(&before, &before, (None, None), &mut out);
+        diff(&before, &before, (None, None), Default::default(), &mut out);
         assert!(out.is_empty());
-        diff(&before, &[], (None, None), &mut out);
+        diff(&before, &[], (None, None), Default::default(), &mut out);
         assert_eq!(out.len(), 4);
     }
 
@@ -801,7 +830,7 @@ mod tests {
         let before = tree(&[("AA.yaml", b'B'), ("BB.yaml", 7)]);
         let now = tree(&[("AA.yaml", b'C'), ("BB.yaml", 7)]);
         let mut out = Vec::new();
-        diff(&now, &before, (None, None), &mut out);
+        diff(&now, &before, (None, None), Default::default(), &mut out);
         assert_eq!(out, vec![("AA.yaml".to_string(), ChangeKind::Modified)]);
     }
 
@@ -847,14 +876,27 @@ mod tests {
                 }
             }
             let now = build(&rows);
+            // What a delta between the two could say they share: any part of each common
+            // end, the two ends possibly overlapping.
+            let (p, q) = (common_prefix(&now, &before), common_suffix(&now, &before));
+            let shared = pack::Shared {
+                prefix: next(p as u64 + 1) as usize,
+                suffix: next(q as u64 + 1) as usize,
+            };
             let (mut fast, mut whole) = (Vec::new(), Vec::new());
             diff_whole(&now, &before, &mut whole);
             // Alternate which side brings the marks, as the two walk directions do.
             let (m_now, m_before) = if step % 2 == 0 {
-                diff(&now, &before, (None, marks.as_deref()), &mut fast)
+                diff(&now, &before, (None, marks.as_deref()), shared, &mut fast)
             } else {
-                let (b, a) = diff(&before, &now, (marks.as_deref(), None), &mut Vec::new());
-                diff(&now, &before, (Some(&a), Some(&b)), &mut fast);
+                let (b, a) = diff(
+                    &before,
+                    &now,
+                    (marks.as_deref(), None),
+                    shared,
+                    &mut Vec::new(),
+                );
+                diff(&now, &before, (Some(&a), Some(&b)), shared, &mut fast);
                 (a, b)
             };
             fast.sort();

@@ -135,30 +135,62 @@ pub fn split_content(content: &str) -> Content {
     }
 }
 
-/// Where each top-level field sits in the file (1-based line and column).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Where each top-level field sits in the file (1-based line and column), for diagnostics.
+/// Found from the row's text when first asked: a row without problems never asks, and
+/// locating is a second YAML parse (a third of the time of reading a row).
+#[derive(Debug, Clone, Default)]
 pub struct Spans {
-    pub keys: BTreeMap<String, (usize, usize)>,
-    pub values: BTreeMap<String, (usize, usize)>,
+    text: Option<std::sync::Arc<str>>,
+    located: std::sync::OnceLock<Located>,
+}
+
+/// Equal when made from the same text.
+impl PartialEq for Spans {
+    fn eq(&self, other: &Spans) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Spans {}
+
+#[derive(Debug, Clone, Default)]
+struct Located {
+    keys: BTreeMap<String, (usize, usize)>,
+    values: BTreeMap<String, (usize, usize)>,
     /// Positions of the items of list-valued fields (`examples`, `asks`, …).
-    pub items: BTreeMap<String, Vec<(usize, usize)>>,
+    items: BTreeMap<String, Vec<(usize, usize)>>,
     /// 1-based file line of the first line of `content`'s text.
-    pub content_line: usize,
+    content_line: usize,
 }
 
 impl Spans {
+    /// The spans of `text`, found when first asked for.
+    pub fn of(text: &str) -> Spans {
+        Spans {
+            text: Some(text.into()),
+            located: Default::default(),
+        }
+    }
+
+    fn located(&self) -> &Located {
+        self.located
+            .get_or_init(|| self.text.as_deref().map(locate).unwrap_or_default())
+    }
+
     /// Position of a field's value, else its key, else the top of the file.
     pub fn value(&self, field: &str) -> (usize, usize) {
-        self.values
+        let l = self.located();
+        l.values
             .get(field)
-            .or_else(|| self.keys.get(field))
+            .or_else(|| l.keys.get(field))
             .copied()
             .unwrap_or((1, 1))
     }
 
     /// Position of item `i` of a list field, else the field's value.
     pub fn item(&self, field: &str, i: usize) -> (usize, usize) {
-        self.items
+        self.located()
+            .items
             .get(field)
             .and_then(|v| v.get(i))
             .copied()
@@ -166,15 +198,20 @@ impl Spans {
     }
 
     pub fn key(&self, field: &str) -> (usize, usize) {
-        self.keys.get(field).copied().unwrap_or((1, 1))
+        self.located().keys.get(field).copied().unwrap_or((1, 1))
+    }
+
+    /// 1-based file line of the first line of `content`'s text; 0 when unknown.
+    pub fn content_line(&self) -> usize {
+        self.located().content_line
     }
 
     /// File line of line `n` (0-based) of `content`.
     pub fn content_at(&self, n: usize) -> (usize, usize) {
-        if self.content_line == 0 {
-            return self.value("content");
+        match self.content_line() {
+            0 => self.value("content"),
+            line => (line + n, 3),
         }
-        (self.content_line + n, 3)
     }
 }
 
@@ -343,7 +380,7 @@ pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
         ));
         return out;
     };
-    let spans = spans_of(text);
+    let spans = Spans::of(text);
     let mut fields = Fields {
         path,
         spans: &spans,
@@ -593,8 +630,8 @@ pub fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
 }
 
 /// Positions of the top-level fields, from marked-yaml; a line scan when it cannot parse.
-fn spans_of(text: &str) -> Spans {
-    let mut spans = Spans::default();
+fn locate(text: &str) -> Located {
+    let mut spans = Located::default();
     match marked_yaml::parse_yaml(0, text) {
         Ok(node) => {
             if let Some(map) = node.as_mapping() {
@@ -645,7 +682,11 @@ fn spans_of(text: &str) -> Spans {
         spans.content_line = if after.starts_with('|') || after.starts_with('>') {
             line + 1
         } else {
-            spans.value("content").0
+            let at = spans
+                .values
+                .get("content")
+                .or_else(|| spans.keys.get("content"));
+            at.map_or(1, |p| p.0)
         };
     }
     spans
@@ -681,7 +722,7 @@ mod tests {
         let p = parse_row(Path::new("A_B.yaml"), text.as_bytes());
         let row = p.row.expect("row");
         assert_eq!(row.spans.key("type"), (2, 1));
-        assert_eq!(row.spans.content_line, 4);
+        assert_eq!(row.spans.content_line(), 4);
         assert_eq!(row.parsed.payload, "[\"$1\"]");
     }
 }

@@ -78,8 +78,9 @@ impl Packs {
         Ok(Some((Delta { at, entry }, base)))
     }
 
-    /// Apply `delta` to the bytes of its base, writing the object into `out`.
-    pub fn apply(&mut self, delta: &Delta, base: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    /// Apply `delta` to the bytes of its base, writing the object into `out`; returns how
+    /// many leading and trailing bytes the result certainly shares with the base.
+    pub fn apply(&mut self, delta: &Delta, base: &[u8], out: &mut Vec<u8>) -> Result<Shared> {
         self.buf.resize(delta.entry.decompressed_size as usize, 0);
         self.bundles[delta.at]
             .pack
@@ -118,8 +119,18 @@ fn varint(d: &[u8], at: &mut usize) -> Result<usize> {
     bail!("size does not fit in 64 bits")
 }
 
+/// Bytes a delta's result shares with its base at the start and at the end, as its copies
+/// say: the leading copies that take each byte from the same offset, and the trailing copies
+/// that take each from the same distance before the end. A lower bound of the common prefix
+/// and suffix, read from a few instructions instead of comparing the two objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shared {
+    pub prefix: usize,
+    pub suffix: usize,
+}
+
 /// Apply Git delta `d` to `base`, writing the result into `out`.
-fn apply(base: &[u8], d: &[u8], out: &mut Vec<u8>) -> Result<()> {
+fn apply(base: &[u8], d: &[u8], out: &mut Vec<u8>) -> Result<Shared> {
     let mut at = 0;
     if varint(d, &mut at)? != base.len() {
         bail!("made for a base of another size");
@@ -129,6 +140,8 @@ fn apply(base: &[u8], d: &[u8], out: &mut Vec<u8>) -> Result<()> {
     // The header is only a claim: reserve no more than the base and the delta could make
     // without repeating bytes; a longer result grows as it is written and is cut off at `size`.
     out.reserve(size.min(base.len() + d.len()));
+    let mut shared = Shared::default();
+    let mut leading = true;
     while let Some(&cmd) = d.get(at) {
         at += 1;
         if cmd & 0x80 != 0 {
@@ -152,6 +165,16 @@ fn apply(base: &[u8], d: &[u8], out: &mut Vec<u8>) -> Result<()> {
             let from = base
                 .get(offset..offset.saturating_add(len))
                 .ok_or_else(|| anyhow!("copy beyond the base"))?;
+            let to = out.len();
+            leading &= offset == to;
+            if leading {
+                shared.prefix = to + len;
+            }
+            // As far from the base's end as from the result's: part of a common suffix, with
+            // the run of such copies just before it (each ends where the next starts).
+            let from_end = base.len() - offset - len;
+            let tail = to + len <= size && from_end == size - to - len;
+            shared.suffix = if tail { shared.suffix + len } else { 0 };
             out.extend_from_slice(from);
         } else if cmd != 0 {
             let bytes = d
@@ -159,6 +182,8 @@ fn apply(base: &[u8], d: &[u8], out: &mut Vec<u8>) -> Result<()> {
                 .ok_or_else(|| anyhow!("truncated insert"))?;
             out.extend_from_slice(bytes);
             at += usize::from(cmd);
+            leading = false;
+            shared.suffix = 0;
         } else {
             bail!("reserved instruction 0");
         }
@@ -169,7 +194,7 @@ fn apply(base: &[u8], d: &[u8], out: &mut Vec<u8>) -> Result<()> {
     if out.len() != size {
         bail!("result of {} bytes, its header says {size}", out.len());
     }
-    Ok(())
+    Ok(shared)
 }
 
 #[cfg(test)]
@@ -184,6 +209,27 @@ mod tests {
         let mut out = Vec::new();
         apply(base, &d, &mut out).unwrap();
         assert_eq!(out, b"234ab89");
+        // Copies in place at both ends: 4 bytes shared before the insert, 3 after.
+        let d = [10, 9, 0x90, 4, 1, b'x', 0x91, 7, 3, 0x91, 9, 1];
+        let shared = apply(base, &d, &mut out).unwrap();
+        assert_eq!(out, b"0123x7899");
+        assert_eq!(
+            shared,
+            Shared {
+                prefix: 4,
+                suffix: 1
+            }
+        );
+        let d = [10, 8, 0x90, 4, 1, b'x', 0x91, 7, 3];
+        let shared = apply(base, &d, &mut out).unwrap();
+        assert_eq!(out, b"0123x789");
+        assert_eq!(
+            shared,
+            Shared {
+                prefix: 4,
+                suffix: 3
+            }
+        );
         // A copy of size 0 means 0x10000 bytes: beyond this base.
         assert!(apply(base, &[10, 7, 0x81, 0], &mut out).is_err());
         // Wrong base size, short result, truncated insert, reserved 0.
@@ -232,8 +278,12 @@ mod tests {
                 }
             }
             d.extend_from_slice(&body);
-            apply(&base, &d, &mut out).unwrap();
+            let shared = apply(&base, &d, &mut out).unwrap();
             assert_eq!(out, expected);
+            // What the copies claim is shared, is.
+            let (p, s) = (shared.prefix, shared.suffix);
+            assert_eq!(out[..p], base[..p]);
+            assert_eq!(out[out.len() - s..], base[base.len() - s..]);
             let mut corrupt = d.clone();
             let at = (next() as usize) % corrupt.len();
             corrupt[at] ^= 1 << (next() % 8);
