@@ -139,12 +139,15 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         started: Instant::now(),
         fail_after: opts.fail_after.clone(),
     };
-    // The history walk needs only the repository: it runs alongside check and index.
+    // The history walk needs only the repository: it runs alongside check and index, on half
+    // the cores (on two, one walker: a second one contending with check for a core made the
+    // step no shorter and cost CPU the rest of the build wanted).
     let walk = {
         let (dir, cache) = (opts.catalogue.clone(), opts.out.join(HISTORY_CACHE));
+        let walkers = std::thread::available_parallelism().map_or(1, |n| n.get()) / 2;
         std::thread::spawn(move || {
             let started = Instant::now();
-            let history = history::read_cached(&dir, Some(&cache));
+            let history = history::read_cached(&dir, Some(&cache), walkers);
             (history, started.elapsed())
         })
     };

@@ -115,17 +115,20 @@ const CACHE_VERSION: u32 = 1;
 
 /// Read the history of catalogue directory `dir`. Outside Git, an empty history saying why.
 pub fn read(dir: &Path) -> History {
-    read_cached(dir, None)
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    read_cached(dir, None, cores)
 }
 
 /// Like [`read`], starting from the history a previous build saved at `cache` when its head
-/// is an ancestor of the current one: only the commits since are walked.
-pub fn read_cached(dir: &Path, cache: Option<&Path>) -> History {
+/// is an ancestor of the current one: only the commits since are walked. At most `walkers`
+/// threads walk at once: a build, which checks and indexes the rows meanwhile, gives the walk
+/// half the cores.
+pub fn read_cached(dir: &Path, cache: Option<&Path>, walkers: usize) -> History {
     let known = cache
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice::<Cache>(&b).ok())
         .filter(|c| c.version == CACHE_VERSION);
-    match walk(dir, known) {
+    match walk(dir, known, walkers) {
         Ok(h) => h,
         Err(e) => History {
             missing: Some(format!("{e:#}")),
@@ -643,7 +646,7 @@ fn walk_span(
     Ok(span)
 }
 
-fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
+fn walk(dir: &Path, known: Option<Cache>, walkers: usize) -> Result<History> {
     let (repo, rel) = git::locate(dir)?;
     let head = repo
         .head_id()
@@ -678,13 +681,13 @@ fn walk(dir: &Path, known: Option<Cache>) -> Result<History> {
         .collect::<Result<Vec<Link>, _>>()?;
     commits.reverse();
     history.commits_walked = commits.len();
-    // The commits are split into consecutive spans walked at once, one per core; each span
-    // pays one delta chain at its start, then runs like the whole walk would.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The commits are split into consecutive spans walked at once, one per walker; each span
+    // pays one delta chain at its start (and, where the pack made deltas across the cut, a
+    // few more), then runs like the whole walk would.
     let spans = if commits.len() < MIN_SPAN * 2 {
         1
     } else {
-        cores.min(MAX_SPANS)
+        walkers.clamp(1, MAX_SPANS)
     };
     // A catalogue grows, so later trees are larger: cut where the running sum of tree sizes,
     // taken as growing with the commit's position, splits evenly (at n·√(k/spans)).

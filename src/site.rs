@@ -498,9 +498,12 @@ pub fn write_projections(
         .filter(|r| !r.is_test_shaped())
         .map(projection::registry_entry)
         .collect();
+    // The lists are moved into their documents (`json!` would copy them).
+    let mut doc = json!({"commit": common.build.commit});
+    doc["rows"] = serde_json::Value::Array(registry);
     write(
         &out.join("registry.json"),
-        serde_json::to_string(&json!({"commit": common.build.commit, "rows": registry}))? + "\n",
+        serde_json::to_string(&doc)? + "\n",
     )?;
     write(
         &out.join("counts.json"),
@@ -512,9 +515,11 @@ pub fn write_projections(
         .filter(|r| r.planner_visible)
         .map(projection::mcp_tool)
         .collect();
+    let mut doc = json!({});
+    doc["tools"] = serde_json::Value::Array(tools);
     write(
         &out.join("mcp/tools.json"),
-        serde_json::to_string_pretty(&json!({"tools": tools}))? + "\n",
+        serde_json::to_string_pretty(&doc)? + "\n",
     )?;
 
     let mut llms = format!("# {}\n\n> {}\n\n", common.site.title, common.site.summary);
