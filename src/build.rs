@@ -265,7 +265,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
                 Ok([snapshot, started.elapsed()])
             });
-            let pages = (|| -> Result<(usize, usize)> {
+            let pages = (|| -> Result<(usize, site::Written)> {
                 let contracts: Vec<Contract> = enabled
                     .iter()
                     .map(|r| {
@@ -276,7 +276,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 let tera = site::tera()?;
                 let bar = progress_bar(opts.progress, contracts.len() as u64);
                 let previous = opts.out.is_dir().then_some(opts.out.as_path());
-                let linked =
+                let written =
                     site::write_contracts(&tmp, previous, &tera, &common, &contracts, &|n| {
                         bar.inc(n)
                     })?;
@@ -285,7 +285,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                     site::write_tombstone(&tmp, &tera, &common, t)?;
                 }
                 site::write_pages(&tmp, &tera, &common, &enabled, &contracts, &tombs)?;
-                Ok((contracts.len(), linked))
+                Ok((contracts.len(), written))
             })();
             let side = side
                 .join()
@@ -302,12 +302,14 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 tombs.len()
             ),
         )?;
-        let (written, linked) = pages?;
+        let (rows, written) = pages?;
         steps.took(
             "pages",
             pages_took,
             format!(
-                "{written} contracts ×3 ({linked} files unchanged, linked), {} tombstones",
+                "{rows} contracts ×3 ({} files unchanged, linked; {} rows not rendered again), {} tombstones",
+                written.linked,
+                written.unchanged_rows,
                 tombs.len()
             ),
         )?;

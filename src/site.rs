@@ -11,30 +11,33 @@ use anyhow::{Context as _, Result};
 use pulldown_cmark::{Event, Options, Parser, html};
 use serde::Serialize;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::OnceLock;
 use tera::Tera;
 
 /// The templates, compiled into the binary.
+const TEMPLATES: &[(&str, &str)] = &[
+    ("contract.md", include_str!("../templates/contract.md")),
+    ("tombstone.md", include_str!("../templates/tombstone.md")),
+    ("layout.html", include_str!("../templates/layout.html")),
+    ("history.html", include_str!("../templates/history.html")),
+    ("row.html", include_str!("../templates/row.html")),
+    (
+        "tombstone.html",
+        include_str!("../templates/tombstone.html"),
+    ),
+    ("index.html", include_str!("../templates/index.html")),
+    ("category.html", include_str!("../templates/category.html")),
+    ("search.html", include_str!("../templates/search.html")),
+    ("receipt.html", include_str!("../templates/receipt.html")),
+];
+
 pub fn tera() -> Result<Tera> {
     let mut t = Tera::default();
-    t.add_raw_templates(vec![
-        ("contract.md", include_str!("../templates/contract.md")),
-        ("tombstone.md", include_str!("../templates/tombstone.md")),
-        ("layout.html", include_str!("../templates/layout.html")),
-        ("history.html", include_str!("../templates/history.html")),
-        ("row.html", include_str!("../templates/row.html")),
-        (
-            "tombstone.html",
-            include_str!("../templates/tombstone.html"),
-        ),
-        ("index.html", include_str!("../templates/index.html")),
-        ("category.html", include_str!("../templates/category.html")),
-        ("search.html", include_str!("../templates/search.html")),
-        ("receipt.html", include_str!("../templates/receipt.html")),
-    ])
-    .context("compiling templates")?;
+    t.add_raw_templates(TEMPLATES.to_vec())
+        .context("compiling templates")?;
     t.autoescape_on(vec![".html"]);
     t.set_escape_fn(escape_html);
     t.register_filter("short", short);
@@ -172,13 +175,59 @@ struct Renderer<'t> {
     inline: HashMap<String, String>,
 }
 
+/// The context every contract's pages share. Of the build it holds only capdir's version,
+/// not the commit: a row's pages change only when the row, its history or the catalogue's
+/// counts do, and a template asking for the commit fails the build rather than being
+/// linked from a previous site where the commit was another.
+fn contract_context(common: &Common) -> Result<tera::Context> {
+    let mut ctx = context(common, "../")?;
+    ctx.insert(
+        "build",
+        &json!({"capdir_version": common.build.capdir_version}),
+    );
+    Ok(ctx)
+}
+
+/// Where a site keeps, per row, a digest of all its contract files were made from.
+pub const PAGE_INPUTS: &str = ".page-inputs";
+const PAGE_INPUTS_HEAD: &str =
+    "# capdir page inputs 1: KEY, SHA-256 of the contract JSON and what the pages share\n";
+
+/// The digests a previous site's contract files were made from, by key; none when it has
+/// no list, or one of another format.
+fn read_page_inputs(site: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(site.join(PAGE_INPUTS)).unwrap_or_default();
+    let Some(body) = text.strip_prefix(PAGE_INPUTS_HEAD) else {
+        return HashMap::new();
+    };
+    body.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, d)| (k.to_string(), d.to_string()))
+        .collect()
+}
+
+/// Hard-link `KEY.md`, `.json` and `.html` from `old` into `dir`: all three, or none.
+fn link_contract(old: &Path, dir: &Path, key: &str) -> bool {
+    let names = ["md", "json", "html"].map(|ext| format!("{key}.{ext}"));
+    for (i, name) in names.iter().enumerate() {
+        if std::fs::hard_link(old.join(name), dir.join(name)).is_err() {
+            // The new site must not keep a link it would later write through.
+            for made in &names[..i] {
+                let _ = std::fs::remove_file(dir.join(made));
+            }
+            return false;
+        }
+    }
+    true
+}
+
 impl<'t> Renderer<'t> {
-    fn new(tera: &'t Tera, common: &Common) -> Result<Renderer<'t>> {
-        Ok(Renderer {
+    fn new(tera: &'t Tera, page: tera::Context) -> Renderer<'t> {
+        Renderer {
             tera,
-            page: context(common, "../")?,
+            page,
             inline: HashMap::new(),
-        })
+        }
     }
 
     fn inline(&mut self, md: &str) -> String {
@@ -190,8 +239,8 @@ impl<'t> Renderer<'t> {
         html
     }
 
-    fn contract(&mut self, c: &Contract) -> Result<(String, String, String)> {
-        let json = serde_json::to_string_pretty(c)? + "\n";
+    /// The markdown and HTML pages of contract `c`.
+    fn contract(&mut self, c: &Contract) -> Result<(String, String)> {
         let troubleshooting: Vec<String> =
             c.troubleshooting.iter().map(|t| self.inline(t)).collect();
         let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| self.inline(m)).collect();
@@ -209,17 +258,27 @@ impl<'t> Renderer<'t> {
         // The markdown template reads only `c`: it renders from the page's context.
         let md = self.tera.render("contract.md", ctx)?;
         let page = self.tera.render("row.html", ctx)?;
-        Ok((md, json, page))
+        Ok((md, page))
     }
 }
 
-/// Write `k/KEY.{md,json,html}` for every contract, on all cores; returns how many files
-/// were linked rather than written.
+/// What [`write_contracts`] did: files hard-linked from the previous site rather than
+/// written, and rows whose inputs had not changed, linked without rendering.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub linked: usize,
+    pub unchanged_rows: usize,
+}
+
+/// Write `k/KEY.{md,json,html}` for every contract, on all cores.
 ///
-/// A file identical to the one at the same place in `previous` (the site this build replaces)
-/// is hard-linked to it instead of written: a rebuild after one row changes creates no new
-/// inode for the other rows and writes none of their bytes, and removing the old site then
-/// frees nothing those rows still use.
+/// Files that would be identical to those at the same place in `previous` (the site this
+/// build replaces) are hard-linked to them instead of written: a rebuild after one row
+/// changes creates no new inode for the other rows and writes none of their bytes, and
+/// removing the old site then frees nothing those rows still use. A row whose inputs (its
+/// contract JSON, the context its pages share, the templates, capdir's version) have the
+/// digest the previous site lists in [`PAGE_INPUTS`] is not even rendered; any other file
+/// is linked only after comparing it with the old one.
 pub fn write_contracts(
     out: &Path,
     previous: Option<&Path>,
@@ -227,10 +286,22 @@ pub fn write_contracts(
     common: &Common,
     contracts: &[Contract],
     progress: &(dyn Fn(u64) + Sync),
-) -> Result<usize> {
+) -> Result<Written> {
     let dir = out.join("k");
     std::fs::create_dir_all(&dir)?;
     let old_dir = previous.map(|p| p.join("k")).filter(|d| d.is_dir());
+    let old_inputs = match &old_dir {
+        Some(_) => previous.map(read_page_inputs).unwrap_or_default(),
+        None => HashMap::new(),
+    };
+    let page = contract_context(common)?;
+    let mut shared = Sha256::new();
+    shared.update(env!("CARGO_PKG_VERSION"));
+    for (name, text) in TEMPLATES {
+        shared.update(format!("\0{name}\0{}\0", text.len()));
+        shared.update(text);
+    }
+    shared.update(serde_json::to_vec(&page.clone().into_json())?);
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -243,14 +314,30 @@ pub fn write_contracts(
         let handles: Vec<_> = (0..workers.min(batches.len()).max(1))
             .map(|_| {
                 let (dir, old_dir, next, batches) = (&dir, &old_dir, &next, &batches);
-                s.spawn(move || -> Result<usize> {
-                    let mut linked = 0;
-                    let mut renderer = Renderer::new(tera, common)?;
+                let (old_inputs, shared, page) = (&old_inputs, &shared, page.clone());
+                s.spawn(move || -> Result<(Written, Vec<(String, String)>)> {
+                    let mut done = Written::default();
+                    let mut inputs = Vec::new();
+                    let mut renderer = Renderer::new(tera, page);
                     while let Some(batch) =
                         batches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
                     {
                         for c in *batch {
-                            let (md, json, page) = renderer
+                            let json = serde_json::to_string_pretty(c)? + "\n";
+                            let digest = hex::encode(
+                                shared.clone().chain_update(json.as_bytes()).finalize(),
+                            );
+                            let same = old_inputs.get(&c.key) == Some(&digest);
+                            inputs.push((c.key.clone(), digest));
+                            if let Some(old) = old_dir.as_ref().filter(|_| same)
+                                && link_contract(old, dir, &c.key)
+                            {
+                                done.linked += 3;
+                                done.unchanged_rows += 1;
+                                progress(1);
+                                continue;
+                            }
+                            let (md, page) = renderer
                                 .contract(c)
                                 .with_context(|| format!("rendering the contract of {}", c.key))?;
                             for (ext, bytes) in [("md", md), ("json", json), ("html", page)] {
@@ -261,21 +348,32 @@ pub fn write_contracts(
                                     bytes.as_bytes(),
                                     old.as_deref(),
                                 )? {
-                                    linked += 1;
+                                    done.linked += 1;
                                 }
                             }
                             progress(1);
                         }
                     }
-                    Ok(linked)
+                    Ok((done, inputs))
                 })
             })
             .collect();
-        handles.into_iter().try_fold(0, |sum, h| {
-            h.join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("a page worker panicked")))
-                .map(|n| sum + n)
-        })
+        let (mut all, mut inputs) = (Written::default(), Vec::with_capacity(contracts.len()));
+        for h in handles {
+            let (done, made) = h
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("a page worker panicked")))?;
+            all.linked += done.linked;
+            all.unchanged_rows += done.unchanged_rows;
+            inputs.extend(made);
+        }
+        inputs.sort_unstable();
+        let mut list = String::from(PAGE_INPUTS_HEAD);
+        for (key, digest) in inputs {
+            list.push_str(&format!("{key} {digest}\n"));
+        }
+        write(&out.join(PAGE_INPUTS), list)?;
+        Ok(all)
     })
 }
 

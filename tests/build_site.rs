@@ -361,7 +361,9 @@ fn rebuild_links_unchanged_contract_files() {
         .find(|(n, _, _)| *n == "pages")
         .unwrap()
         .2;
-    assert!(pages.contains("files unchanged, linked"), "{pages}");
+    // Six of the seven rows kept their inputs: linked without being rendered.
+    assert!(pages.contains("18 files unchanged, linked"), "{pages}");
+    assert!(pages.contains("6 rows not rendered again"), "{pages}");
     // The untouched row keeps its files (same inode, one link now the old site is gone) ...
     assert_eq!(inode("k/GOOD_HTTP_ITEM.html"), before[0]);
     assert_eq!(inode("k/GOOD_HTTP_ITEM.md"), before[1]);
@@ -376,13 +378,65 @@ fn rebuild_links_unchanged_contract_files() {
     );
     let cold = repo.path().join("cold");
     build(&repo, &cold);
+    let same_as_cold = |site: &Path| {
+        let (mut warm_tree, mut cold_tree) = (tree(site), tree(&cold));
+        for t in [&mut warm_tree, &mut cold_tree] {
+            t.remove(build::HISTORY_CACHE);
+        }
+        warm_tree == cold_tree
+    };
+    assert!(
+        same_as_cold(&site),
+        "a linked rebuild and a cold build differ"
+    );
+
+    // A list of inputs that does not match what the old files were made from (edited by
+    // hand here) makes no stale page: the rows are rendered and compared, and still linked.
+    let inputs = site.join(capdir::site::PAGE_INPUTS);
+    let listed = std::fs::read_to_string(&inputs).unwrap();
+    assert_eq!(listed.lines().count(), 1 + 7, "{listed}");
+    let wrong: String = listed
+        .lines()
+        .map(|l| match l.split_once(' ') {
+            Some((k, _)) if !l.starts_with('#') => format!("{k} {}\n", "0".repeat(64)),
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&inputs, wrong).unwrap();
+    let third = build(&repo, &site);
+    let pages = &third
+        .steps
+        .iter()
+        .find(|(n, _, _)| *n == "pages")
+        .unwrap()
+        .2;
+    assert!(pages.contains("21 files unchanged, linked"), "{pages}");
+    assert!(pages.contains("0 rows not rendered again"), "{pages}");
+    assert!(
+        same_as_cold(&site),
+        "a rebuild from a wrong input list differs"
+    );
+
+    // A new row changes the counts every page shows: no row's pages are reused unrendered.
+    repo.write("ADDED_ROW.yaml", &fn_row("ADDED_ROW", "text", "Added."));
+    repo.commit("Add a row", "2024-07-01T10:00:00Z");
+    let fourth = build(&repo, &site);
+    let pages = &fourth
+        .steps
+        .iter()
+        .find(|(n, _, _)| *n == "pages")
+        .unwrap()
+        .2;
+    assert!(pages.contains("0 rows not rendered again"), "{pages}");
+    let cold = repo.path().join("cold-2");
+    build(&repo, &cold);
     let (mut warm_tree, mut cold_tree) = (tree(&site), tree(&cold));
     for t in [&mut warm_tree, &mut cold_tree] {
         t.remove(build::HISTORY_CACHE);
     }
     assert!(
         warm_tree == cold_tree,
-        "a linked rebuild and a cold build differ"
+        "a rebuild after an added row differs"
     );
 }
 
