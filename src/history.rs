@@ -119,6 +119,15 @@ pub fn read(dir: &Path) -> History {
     read_cached(dir, None, cores)
 }
 
+/// What history shows of the commit the work tree of `dir` is at; none outside Git or
+/// before the first commit.
+pub fn head(dir: &Path) -> Option<CommitInfo> {
+    let (repo, _) = git::locate(dir).ok()?;
+    let id = repo.head_id().ok()?;
+    let commit = repo.find_object(id.detach()).ok()?.try_into_commit().ok()?;
+    Some(commit_info(&commit))
+}
+
 /// Like [`read`], starting from the history a previous build saved at `cache` when its head
 /// is an ancestor of the current one: only the commits since are walked. At most `walkers`
 /// threads walk at once: a build, which checks and indexes the rows meanwhile, gives the walk
