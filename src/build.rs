@@ -176,144 +176,142 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     let all_rows = checked.rows;
     let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
     let tmp = temp_dir_beside(&opts.out)?;
-    let result = (|| -> Result<BuildInfo> {
-        // What the projections need is known once the rows are checked and HEAD is read: they
-        // are written alongside index and history, on the core the history walk leaves idle
-        // when check and index finish first.
-        let counts = Counts::of(&all_rows);
-        let head = history::head(&opts.catalogue);
-        let mut info = BuildInfo {
-            commit: head.as_ref().map(|h| h.sha.clone()).unwrap_or_default(),
-            date: head.as_ref().map(|h| h.date.clone()).unwrap_or_default(),
-            capdir_version: env!("CARGO_PKG_VERSION").to_string(),
-            history_partial: false,
-            counts: counts.clone(),
-        };
-        let head_info = info.clone();
-        let repo_url = match &opts.repo_url {
-            Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
-            Some(_) => None,
-            None => crate::git::origin_web_url(&opts.catalogue),
-        };
-        let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
-        let mut categories: Vec<String> = enabled
-            .iter()
-            .map(|r| {
-                if r.category.is_empty() {
-                    "uncategorized".into()
-                } else {
-                    r.category.clone()
-                }
-            })
-            .collect();
-        categories.sort();
-        categories.dedup();
-        std::thread::scope(|s| {
-            let projections = s.spawn(|| -> Result<Duration> {
-                let started = Instant::now();
-                let common = Common {
-                    site: SiteMeta::default_for(&counts),
-                    counts: &counts,
-                    build: &head_info,
-                    repo_url: repo_url.clone(),
-                };
-                site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
-                Ok(started.elapsed())
-            });
-            let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
-            steps.done("index", format!("{indexed} rows"))?;
-
-            let (history, took) = walk
-                .join()
-                .map_err(|_| anyhow!("the history walk panicked"))?;
-            if let Some(why) = &history.missing {
-                steps
-                    .report
-                    .warnings
-                    .push(format!("no Git history ({why}); rows get no dates"));
+    // What the projections need is known once the rows are checked and HEAD is read: they
+    // are written alongside index and history, on the core the history walk leaves idle
+    // when check and index finish first.
+    let counts = Counts::of(&all_rows);
+    let head = history::head(&opts.catalogue);
+    let mut info = BuildInfo {
+        commit: head.as_ref().map(|h| h.sha.clone()).unwrap_or_default(),
+        date: head.as_ref().map(|h| h.date.clone()).unwrap_or_default(),
+        capdir_version: env!("CARGO_PKG_VERSION").to_string(),
+        history_partial: false,
+        counts: counts.clone(),
+    };
+    let head_info = info.clone();
+    let repo_url = match &opts.repo_url {
+        Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
+        Some(_) => None,
+        None => crate::git::origin_web_url(&opts.catalogue),
+    };
+    let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
+    let mut categories: Vec<String> = enabled
+        .iter()
+        .map(|r| {
+            if r.category.is_empty() {
+                "uncategorized".into()
+            } else {
+                r.category.clone()
             }
-            if history.partial {
-                steps.report.warnings.push(
-                    "shallow clone: history is partial, created_at may be later than the truth"
-                        .into(),
-                );
-            }
-            steps.took(
-                "history",
-                took,
-                format!(
-                    "{} commits walked, alongside check and index",
-                    history.commits_walked
-                ),
-            )?;
-            info.history_partial = history.partial;
-            let tombs = tombstones(&history, &all_rows, &urls);
-
+        })
+        .collect();
+    categories.sort();
+    categories.dedup();
+    let result = std::thread::scope(|s| -> Result<BuildInfo> {
+        let projections = s.spawn(|| -> Result<Duration> {
+            let started = Instant::now();
             let common = Common {
                 site: SiteMeta::default_for(&counts),
                 counts: &counts,
-                build: &info,
+                build: &head_info,
                 repo_url: repo_url.clone(),
             };
-            // The snapshot runs on a thread of its own alongside the pages, filling the core the
-            // pages leave idle while one thread writes the index pages.
-            let (side, pages) = std::thread::scope(|s| {
-                let side = s.spawn(|| -> Result<Duration> {
-                    let started = Instant::now();
-                    if history.missing.is_none() {
-                        history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
-                    }
-                    snapshot::write(
-                        &tmp.join("catalogue.sqlite"),
-                        &all_rows,
-                        &history,
-                        &tombs,
-                        &info,
-                    )?;
-                    Ok(started.elapsed())
-                });
-                let pages = (|| -> Result<(usize, site::Written)> {
-                    let contracts: Vec<Contract> = enabled
-                        .iter()
-                        .map(|r| {
-                            let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                            Contract::new(r, history.of(file), &urls)
-                        })
-                        .collect();
-                    let tera = site::tera()?;
-                    let bar = progress_bar(opts.progress, contracts.len() as u64);
-                    let previous = opts.out.is_dir().then_some(opts.out.as_path());
-                    let written =
-                        site::write_contracts(&tmp, previous, &tera, &common, &contracts, &|n| {
-                            bar.inc(n)
-                        })?;
-                    bar.finish_and_clear();
-                    for t in &tombs {
-                        site::write_tombstone(&tmp, &tera, &common, t)?;
-                    }
-                    site::write_pages(&tmp, &tera, &common, &enabled, &contracts, &tombs)?;
-                    Ok((contracts.len(), written))
-                })();
-                let side = side
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow!("the snapshot thread panicked")));
-                (side, pages)
+            site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
+            Ok(started.elapsed())
+        });
+        let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
+        steps.done("index", format!("{indexed} rows"))?;
+
+        let (history, took) = walk
+            .join()
+            .map_err(|_| anyhow!("the history walk panicked"))?;
+        if let Some(why) = &history.missing {
+            steps
+                .report
+                .warnings
+                .push(format!("no Git history ({why}); rows get no dates"));
+        }
+        if history.partial {
+            steps.report.warnings.push(
+                "shallow clone: history is partial, created_at may be later than the truth".into(),
+            );
+        }
+        steps.took(
+            "history",
+            took,
+            format!(
+                "{} commits walked, alongside check and index",
+                history.commits_walked
+            ),
+        )?;
+        info.history_partial = history.partial;
+        let tombs = tombstones(&history, &all_rows, &urls);
+
+        let common = Common {
+            site: SiteMeta::default_for(&counts),
+            counts: &counts,
+            build: &info,
+            repo_url: repo_url.clone(),
+        };
+        // The snapshot runs on a thread of its own alongside the pages, filling the core the
+        // pages leave idle while one thread writes the index pages.
+        let (side, pages) = std::thread::scope(|s| {
+            let side = s.spawn(|| -> Result<Duration> {
+                let started = Instant::now();
+                if history.missing.is_none() {
+                    history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
+                }
+                snapshot::write(
+                    &tmp.join("catalogue.sqlite"),
+                    &all_rows,
+                    &history,
+                    &tombs,
+                    &info,
+                )?;
+                Ok(started.elapsed())
             });
-            let (pages_took, snapshot_took) = (steps.started.elapsed(), side?);
-            let projections_took = projections
+            let pages = (|| -> Result<(usize, site::Written)> {
+                let contracts: Vec<Contract> = enabled
+                    .iter()
+                    .map(|r| {
+                        let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                        Contract::new(r, history.of(file), &urls)
+                    })
+                    .collect();
+                let tera = site::tera()?;
+                let bar = progress_bar(opts.progress, contracts.len() as u64);
+                let previous = opts.out.is_dir().then_some(opts.out.as_path());
+                let written =
+                    site::write_contracts(&tmp, previous, &tera, &common, &contracts, &|n| {
+                        bar.inc(n)
+                    })?;
+                bar.finish_and_clear();
+                for t in &tombs {
+                    site::write_tombstone(&tmp, &tera, &common, t)?;
+                }
+                site::write_pages(&tmp, &tera, &common, &enabled, &contracts, &tombs)?;
+                Ok((contracts.len(), written))
+            })();
+            let side = side
                 .join()
-                .unwrap_or_else(|_| Err(anyhow!("the projections thread panicked")))?;
-            steps.took(
-                "snapshot",
-                snapshot_took,
-                format!(
-                    "{} rows, {} tombstones, alongside pages",
-                    all_rows.len(),
-                    tombs.len()
-                ),
-            )?;
-            let (rows, written) = pages?;
-            steps.took(
+                .unwrap_or_else(|_| Err(anyhow!("the snapshot thread panicked")));
+            (side, pages)
+        });
+        let (pages_took, snapshot_took) = (steps.started.elapsed(), side?);
+        let projections_took = projections
+            .join()
+            .unwrap_or_else(|_| Err(anyhow!("the projections thread panicked")))?;
+        steps.took(
+            "snapshot",
+            snapshot_took,
+            format!(
+                "{} rows, {} tombstones, alongside pages",
+                all_rows.len(),
+                tombs.len()
+            ),
+        )?;
+        let (rows, written) = pages?;
+        steps.took(
             "pages",
             pages_took,
             format!(
@@ -323,15 +321,13 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 tombs.len()
             ),
         )?;
-            steps.took(
-                "projections",
-                projections_took,
-                "registry, counts, mcp/tools, llms.txt, sitemap, alongside index and history"
-                    .into(),
-            )?;
-            Ok(info)
-        })
-    })();
+        steps.took(
+            "projections",
+            projections_took,
+            "registry, counts, mcp/tools, llms.txt, sitemap, alongside index and history".into(),
+        )?;
+        Ok(info)
+    });
     let info = match result {
         Ok(info) => info,
         Err(e) => {
