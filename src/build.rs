@@ -142,12 +142,14 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     // The history walk needs only the repository: it runs alongside check and index, on half
     // the cores (on two, one walker: a second one contending with check for a core made the
     // step no shorter and cost CPU the rest of the build wanted).
+    let helper = history::Helper::default();
     let walk = {
         let (dir, cache) = (opts.catalogue.clone(), opts.out.join(HISTORY_CACHE));
         let walkers = std::thread::available_parallelism().map_or(1, |n| n.get()) / 2;
+        let helper = helper.clone();
         std::thread::spawn(move || {
             let started = Instant::now();
-            let history = history::read_cached(&dir, Some(&cache), walkers);
+            let history = history::read_cached(&dir, Some(&cache), walkers, Some(&helper));
             (history, started.elapsed())
         })
     };
@@ -221,6 +223,8 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         });
         let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
         steps.done("index", format!("{indexed} rows"))?;
+        // Rather than wait, this thread walks part of what the history walk has left.
+        helper.help();
 
         let (history, took) = walk
             .join()
@@ -240,8 +244,12 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             "history",
             took,
             format!(
-                "{} commits walked, alongside check and index",
-                history.commits_walked
+                "{} commits walked, alongside check and index{}",
+                history.commits_walked,
+                match history.commits_helped {
+                    0 => String::new(),
+                    n => format!(" ({n} of them by the index's thread once done)"),
+                }
             ),
         )?;
         info.history_partial = history.partial;

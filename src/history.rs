@@ -66,6 +66,8 @@ pub struct History {
     /// Why there is no history, when there is none (not a Git repository, no commits).
     pub missing: Option<String>,
     pub commits_walked: usize,
+    /// Of those, how many a [`Helper`] walked.
+    pub commits_helped: usize,
     /// Trees read by applying their pack delta onto a tree the walk held (the fast path).
     pub trees_from_deltas: usize,
 }
@@ -116,7 +118,7 @@ const CACHE_VERSION: u32 = 1;
 /// Read the history of catalogue directory `dir`. Outside Git, an empty history saying why.
 pub fn read(dir: &Path) -> History {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    read_cached(dir, None, cores)
+    read_cached(dir, None, cores, None)
 }
 
 /// What history shows of the commit the work tree of `dir` is at; none outside Git or
@@ -129,15 +131,21 @@ pub fn head(dir: &Path) -> Option<CommitInfo> {
 }
 
 /// Like [`read`], starting from the history a previous build saved at `cache` when its head
-/// is an ancestor of the current one: only the commits since are walked. At most `walkers`
-/// threads walk at once: a build, which checks and indexes the rows meanwhile, gives the walk
-/// half the cores.
-pub fn read_cached(dir: &Path, cache: Option<&Path>, walkers: usize) -> History {
+/// is an ancestor of the current one: only the commits since are walked. `walkers` threads
+/// walk at once: a build, which checks and indexes the rows meanwhile, gives the walk half
+/// the cores, and through `helper` lends it more when it has nothing else to do.
+pub fn read_cached(
+    dir: &Path,
+    cache: Option<&Path>,
+    walkers: usize,
+    helper: Option<&Helper>,
+) -> History {
+    let _retire = helper.map(Retire);
     let known = cache
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice::<Cache>(&b).ok())
         .filter(|c| c.version == CACHE_VERSION);
-    match walk(dir, known, walkers) {
+    match walk(dir, known, walkers, helper) {
         Ok(h) => h,
         Err(e) => History {
             missing: Some(format!("{e:#}")),
@@ -560,11 +568,175 @@ type Link = (ObjectId, Vec<ObjectId>);
 /// The row files one commit changed, and how.
 type Changed = Vec<(String, ChangeKind)>;
 
-/// What one walker found: per commit that changed rows, the commit and the changes.
+/// What one walker found: per commit that changed rows, its place in the walk's commits
+/// (oldest first), the commit and the changes.
 struct Span {
     partial: bool,
     trees_from_deltas: usize,
-    changes: Vec<(Arc<CommitInfo>, Changed)>,
+    changes: Vec<(usize, Arc<CommitInfo>, Changed)>,
+}
+
+/// Lets a thread with nothing else to do take part of a history walk under way: a build,
+/// once it has checked and indexed the rows, lends its thread to the walk rather than wait
+/// for it (see [`Helper::help`]).
+#[derive(Clone, Default)]
+pub struct Helper(Arc<HelpState>);
+
+#[derive(Default)]
+struct HelpState {
+    /// The walk under way, once its commits are listed; `done` when it no longer takes help.
+    job: std::sync::Mutex<(Option<Arc<Job>>, bool)>,
+    changed: std::sync::Condvar,
+}
+
+/// A walk's commits, and which of them each walker still has to walk.
+struct Job {
+    dir: std::path::PathBuf,
+    rel: std::path::PathBuf,
+    commits: Arc<Vec<Link>>,
+    newest_first: bool,
+    state: std::sync::Mutex<JobState>,
+    finished: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct JobState {
+    /// Per span, its commits (`start..end` of `commits`), and of its steps in walk order
+    /// the next to walk and the end of what is still its own.
+    claims: Vec<Claim>,
+    /// Helpers walking a part they took, and what they found; `closed` once the walk has
+    /// collected what they found, when nothing more may be taken.
+    helping: usize,
+    taken: usize,
+    closed: bool,
+    found: Vec<Result<Span>>,
+}
+
+#[derive(Clone, Copy)]
+struct Claim {
+    start: usize,
+    len: usize,
+    next: usize,
+    end: usize,
+}
+
+/// Fewer commits than this left to a walker are not split with a helper.
+const MIN_TAKEN: usize = 128;
+
+impl Helper {
+    /// Take about half of what the busiest walker of the walk has left and walk it here;
+    /// return when that is done, or at once when the walk has finished or has too little
+    /// left. Waits for the walk to list its commits if it has not yet.
+    pub fn help(&self) {
+        let job = {
+            let mut state = self.0.job.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                match &*state {
+                    (Some(job), false) => break job.clone(),
+                    (_, true) => return,
+                    (None, false) => {
+                        state = self
+                            .0
+                            .changed
+                            .wait(state)
+                            .unwrap_or_else(|e| e.into_inner())
+                    }
+                }
+            }
+        };
+        let Some(part) = job.take() else {
+            return;
+        };
+        let span = (|| {
+            let chunk = &job.commits[part.clone()];
+            walk_span(
+                &open_for_walk(&job.dir)?,
+                job.rel.clone(),
+                chunk,
+                part.start,
+                job.newest_first,
+                None,
+            )
+        })();
+        let mut state = job.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.found.push(span);
+        state.helping -= 1;
+        job.finished.notify_all();
+    }
+
+    fn post(&self, job: Option<Arc<Job>>, done: bool) {
+        *self.0.job.lock().unwrap_or_else(|e| e.into_inner()) = (job, done);
+        self.0.changed.notify_all();
+    }
+}
+
+/// Says the walk takes no more help when dropped, even by a panic: a helper never waits for
+/// a walk that has ended.
+struct Retire<'h>(&'h Helper);
+
+impl Drop for Retire<'_> {
+    fn drop(&mut self) {
+        self.0.post(None, true);
+    }
+}
+
+impl Job {
+    /// Take the later half (by the work it is likely to be) of the steps the busiest walker
+    /// has left: the commits of that part, in `commits`.
+    fn take(&self) -> Option<std::ops::Range<usize>> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.closed {
+            return None;
+        }
+        let claim = state
+            .claims
+            .iter_mut()
+            .max_by_key(|c| c.end.saturating_sub(c.next))?;
+        let c = *claim;
+        if c.end.saturating_sub(c.next) < MIN_TAKEN {
+            return None;
+        }
+        // A catalogue grows, so a commit's tree, and the work of diffing it, grows with its
+        // place in history: split the steps left where that weight halves.
+        let place = |step: usize| -> usize {
+            if self.newest_first {
+                c.start + c.len - 1 - step
+            } else {
+                c.start + step
+            }
+        };
+        let weight = |step: usize| (place(step) + self.commits.len() / 8 + 1) as u128;
+        let total: u128 = (c.next..c.end).map(weight).sum();
+        let (mut cut, mut sum) = (c.next, 0);
+        while cut < c.end && sum * 2 < total {
+            sum += weight(cut);
+            cut += 1;
+        }
+        if c.end - cut < MIN_TAKEN / 2 {
+            return None;
+        }
+        let (from, to) = (cut, c.end);
+        claim.end = cut;
+        let range = if self.newest_first {
+            place(to - 1)..place(from) + 1
+        } else {
+            place(from)..place(to - 1) + 1
+        };
+        state.helping += 1;
+        state.taken += range.len();
+        Some(range)
+    }
+
+    /// Whether the walker of span `k` still owns step `step`; if so it is taken.
+    fn claim(&self, k: usize, step: usize) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let c = &mut state.claims[k];
+        if step >= c.end {
+            return false;
+        }
+        c.next = step + 1;
+        true
+    }
 }
 
 /// A repository handle for one walker thread, with its own delta-base cache.
@@ -585,11 +757,15 @@ fn open_for_walk(dir: &Path) -> Result<gix::Repository> {
 
 /// Walk consecutive commits, oldest first (or newest first), and name the row files each one
 /// changed.
+/// `commits` start at `start` of the walk's commits. With `claim` (the job and this span's
+/// place in it), each step is claimed before it is walked: a helper may have taken the rest.
 fn walk_span(
     repo: &gix::Repository,
     rel: std::path::PathBuf,
     commits: &[Link],
+    start: usize,
     newest_first: bool,
+    claim: Option<(&Job, usize)>,
 ) -> Result<Span> {
     let mut w = Walker::new(repo, rel);
     let mut span = Span {
@@ -597,16 +773,27 @@ fn walk_span(
         trees_from_deltas: 0,
         changes: Vec::new(),
     };
-    let order: Vec<&Link> = if newest_first {
-        commits.iter().rev().collect()
+    // Each commit with its step in the walk and its place in the walk's commits.
+    let order: Vec<(usize, usize, &Link)> = if newest_first {
+        let places = (start..start + commits.len()).rev();
+        places
+            .zip(commits.iter().rev())
+            .enumerate()
+            .map(|(i, (at, l))| (i, at, l))
+            .collect()
     } else {
-        commits.iter().collect()
+        let places = start..start + commits.len();
+        places
+            .zip(commits)
+            .enumerate()
+            .map(|(i, (at, l))| (i, at, l))
+            .collect()
     };
     // First the commits' catalogue trees, in the order they will be read, and a plan of
     // which deltas go onto which of them.
     let mut steps = Vec::with_capacity(order.len());
     let mut reads = Vec::new();
-    for (id, parent_ids) in order {
+    for (step, at, (id, parent_ids)) in order {
         let sub = w.subtree(*id)?;
         let mut parents = Vec::new();
         for p in parent_ids {
@@ -625,11 +812,16 @@ fn walk_span(
                 .chain(sub)
                 .chain(parents.iter().skip(1).flatten().copied()),
         );
-        steps.push((*id, sub, parents));
+        steps.push((step, at, *id, sub, parents));
     }
     w.plan(&reads)?;
     let mut changed = Vec::new();
-    for (id, sub, parents) in steps {
+    for (step, at, id, sub, parents) in steps {
+        if let Some((job, k)) = claim
+            && !job.claim(k, step)
+        {
+            break;
+        }
         changed.clear();
         let first_id = parents.first().copied().flatten();
         let first = w.tree(first_id)?;
@@ -649,13 +841,18 @@ fn walk_span(
             Some(info) => info.clone(),
             None => Arc::new(commit_info(&repo.find_object(id)?.try_into_commit()?)),
         };
-        span.changes.push((info, std::mem::take(&mut changed)));
+        span.changes.push((at, info, std::mem::take(&mut changed)));
     }
     span.trees_from_deltas = w.from_deltas;
     Ok(span)
 }
 
-fn walk(dir: &Path, known: Option<Cache>, walkers: usize) -> Result<History> {
+fn walk(
+    dir: &Path,
+    known: Option<Cache>,
+    walkers: usize,
+    helper: Option<&Helper>,
+) -> Result<History> {
     let (repo, rel) = git::locate(dir)?;
     let head = repo
         .head_id()
@@ -706,15 +903,41 @@ fn walk(dir: &Path, known: Option<Cache>, walkers: usize) -> Result<History> {
         .map(|c| c.min(n))
         .collect();
     let newest_first = packed_newest_first(&repo, &rel, &commits);
+    let job = Arc::new(Job {
+        dir: dir.to_path_buf(),
+        rel: rel.clone(),
+        commits: Arc::new(commits),
+        newest_first,
+        state: std::sync::Mutex::new(JobState {
+            claims: cuts
+                .windows(2)
+                .map(|w| Claim {
+                    start: w[0],
+                    len: w[1] - w[0],
+                    next: 0,
+                    end: w[1] - w[0],
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        finished: Default::default(),
+    });
+    if let Some(h) = helper {
+        h.post(Some(job.clone()), false);
+    }
     // Each walker opens the repository itself: gix's handles are not shared across threads
     // in this build (no `parallel` feature).
-    let walked: Vec<Result<Span>> = std::thread::scope(|s| {
+    let mut walked: Vec<Result<Span>> = std::thread::scope(|s| {
         let handles: Vec<_> = cuts
             .windows(2)
-            .map(|w| &commits[w[0]..w[1]])
-            .map(|chunk| {
-                let rel = rel.clone();
-                s.spawn(move || walk_span(&open_for_walk(dir)?, rel, chunk, newest_first))
+            .enumerate()
+            .map(|(k, w)| {
+                let (rel, job) = (rel.clone(), &*job);
+                let chunk = &job.commits[w[0]..w[1]];
+                let claim = Some((job, k));
+                s.spawn(move || {
+                    walk_span(&open_for_walk(dir)?, rel, chunk, w[0], newest_first, claim)
+                })
             })
             .collect();
         handles
@@ -725,17 +948,35 @@ fn walk(dir: &Path, known: Option<Cache>, walkers: usize) -> Result<History> {
             })
             .collect()
     });
+    // No more help; wait for the parts helpers took.
+    if let Some(h) = helper {
+        h.post(None, true);
+    }
+    {
+        let mut state = job.state.lock().unwrap_or_else(|e| e.into_inner());
+        while state.helping > 0 {
+            state = job.finished.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.closed = true;
+        history.commits_helped = state.taken;
+        walked.append(&mut state.found);
+    }
+    // Newest commit first, whichever walker found it, so that commits of the same second
+    // keep one order however the walk was split.
+    let mut found = Vec::new();
     for span in walked {
         let span = span?;
         history.partial |= span.partial;
         history.trees_from_deltas += span.trees_from_deltas;
-        for (info, changed) in span.changes {
-            for (name, kind) in changed {
-                history.files.entry(name).or_default().push(Change {
-                    kind,
-                    commit: info.clone(),
-                });
-            }
+        found.extend(span.changes);
+    }
+    found.sort_unstable_by_key(|(at, _, _)| std::cmp::Reverse(*at));
+    for (_, info, changed) in found {
+        for (name, kind) in changed {
+            history.files.entry(name).or_default().push(Change {
+                kind,
+                commit: info.clone(),
+            });
         }
     }
     if let Some((_, cache)) = known {
