@@ -601,17 +601,19 @@ struct Job {
 
 #[derive(Default)]
 struct JobState {
-    /// Per span, its commits (`start..end` of `commits`), and of its steps in walk order
-    /// the next to walk and the end of what is still its own.
+    /// What each span's walker still has to walk.
     claims: Vec<Claim>,
     /// Helpers walking a part they took, and what they found; `closed` once the walk has
     /// collected what they found, when nothing more may be taken.
     helping: usize,
-    taken: usize,
-    closed: bool,
     found: Vec<Result<Span>>,
+    closed: bool,
+    /// Commits taken by helpers, in all.
+    taken: usize,
 }
 
+/// A span (`len` commits from `start` of the walk's commits) and, of its steps in walk
+/// order, the next its walker takes and the end of what is still its own.
 #[derive(Clone, Copy)]
 struct Claim {
     start: usize,
@@ -647,17 +649,15 @@ impl Helper {
         let Some(part) = job.take() else {
             return;
         };
-        let span = (|| {
+        // Caught, so that a panic here is the walk's error and the walk never waits on a
+        // helper that is gone.
+        let span = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let chunk = &job.commits[part.clone()];
-            walk_span(
-                &open_for_walk(&job.dir)?,
-                job.rel.clone(),
-                chunk,
-                part.start,
-                job.newest_first,
-                None,
-            )
-        })();
+            let (rel, newest_first) = (job.rel.clone(), job.newest_first);
+            open_for_walk(&job.dir)
+                .and_then(|repo| walk_span(&repo, rel, chunk, part.start, newest_first, None))
+        }))
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("a history helper panicked")));
         let mut state = job.state.lock().unwrap_or_else(|e| e.into_inner());
         state.found.push(span);
         state.helping -= 1;
@@ -757,6 +757,7 @@ fn open_for_walk(dir: &Path) -> Result<gix::Repository> {
 
 /// Walk consecutive commits, oldest first (or newest first), and name the row files each one
 /// changed.
+///
 /// `commits` start at `start` of the walk's commits. With `claim` (the job and this span's
 /// place in it), each step is claimed before it is walked: a helper may have taken the rest.
 fn walk_span(
