@@ -355,12 +355,7 @@ fn rebuild_links_unchanged_contract_files() {
     );
     repo.commit("Improve the now docstring", "2024-06-01T10:00:00Z");
     let second = build(&repo, &site);
-    let pages = &second
-        .steps
-        .iter()
-        .find(|(n, _, _)| *n == "pages")
-        .unwrap()
-        .2;
+    let pages = step(&second, "pages");
     // Six of the seven rows kept their inputs: linked without being rendered.
     assert!(pages.contains("18 files unchanged, linked"), "{pages}");
     assert!(pages.contains("6 rows not rendered again"), "{pages}");
@@ -378,15 +373,8 @@ fn rebuild_links_unchanged_contract_files() {
     );
     let cold = repo.path().join("cold");
     build(&repo, &cold);
-    let same_as_cold = |site: &Path| {
-        let (mut warm_tree, mut cold_tree) = (tree(site), tree(&cold));
-        for t in [&mut warm_tree, &mut cold_tree] {
-            t.remove(build::HISTORY_CACHE);
-        }
-        warm_tree == cold_tree
-    };
     assert!(
-        same_as_cold(&site),
+        same_site(&site, &cold),
         "a linked rebuild and a cold build differ"
     );
 
@@ -404,16 +392,11 @@ fn rebuild_links_unchanged_contract_files() {
         .collect();
     std::fs::write(&inputs, wrong).unwrap();
     let third = build(&repo, &site);
-    let pages = &third
-        .steps
-        .iter()
-        .find(|(n, _, _)| *n == "pages")
-        .unwrap()
-        .2;
+    let pages = step(&third, "pages");
     assert!(pages.contains("21 files unchanged, linked"), "{pages}");
     assert!(pages.contains("0 rows not rendered again"), "{pages}");
     assert!(
-        same_as_cold(&site),
+        same_site(&site, &cold),
         "a rebuild from a wrong input list differs"
     );
 
@@ -421,23 +404,30 @@ fn rebuild_links_unchanged_contract_files() {
     repo.write("ADDED_ROW.yaml", &fn_row("ADDED_ROW", "text", "Added."));
     repo.commit("Add a row", "2024-07-01T10:00:00Z");
     let fourth = build(&repo, &site);
-    let pages = &fourth
-        .steps
-        .iter()
-        .find(|(n, _, _)| *n == "pages")
-        .unwrap()
-        .2;
+    let pages = step(&fourth, "pages");
     assert!(pages.contains("0 rows not rendered again"), "{pages}");
     let cold = repo.path().join("cold-2");
     build(&repo, &cold);
-    let (mut warm_tree, mut cold_tree) = (tree(&site), tree(&cold));
-    for t in [&mut warm_tree, &mut cold_tree] {
-        t.remove(build::HISTORY_CACHE);
-    }
     assert!(
-        warm_tree == cold_tree,
+        same_site(&site, &cold),
         "a rebuild after an added row differs"
     );
+}
+
+/// What a build's step `name` says it did.
+fn step<'r>(report: &'r build::Report, name: &str) -> &'r str {
+    let found = report.steps.iter().find(|(n, _, _)| *n == name);
+    &found.unwrap_or_else(|| panic!("no step {name}")).2
+}
+
+/// Two sites hold the same files with the same bytes, apart from the history cache (whose
+/// walk started elsewhere).
+fn same_site(a: &Path, b: &Path) -> bool {
+    let (mut a, mut b) = (tree(a), tree(b));
+    for t in [&mut a, &mut b] {
+        t.remove(build::HISTORY_CACHE);
+    }
+    a == b
 }
 
 /// History links to commits: the `origin` remote's web address (its credentials dropped) by
@@ -558,21 +548,14 @@ fn history_from_packed_deltas_equals_history_from_loose_objects() {
     assert_eq!(packed.commits_walked, 63);
     // `git fast-import` packs each tree as a delta on its parent's (the other direction):
     // the same history again.
-    let imported = Repo::new();
-    let mut export = std::process::Command::new("git")
+    let export = std::process::Command::new("git")
         .args(["fast-export", "--all"])
         .current_dir(repo.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    let import = std::process::Command::new("git")
-        .args(["fast-import", "--quiet"])
-        .current_dir(imported.path())
-        .stdin(export.stdout.take().unwrap())
-        .status()
-        .unwrap();
-    assert!(import.success() && export.wait().unwrap().success());
-    imported.git(&["reset", "-q", "--hard", "main"], None);
+    assert!(export.status.success());
+    let imported = Repo::new();
+    imported.fast_import(&export.stdout);
     let fast = capdir::history::read(&imported.catalogue());
     assert!(fast.missing.is_none(), "{:?}", fast.missing);
     assert!(
@@ -600,7 +583,6 @@ fn history_from_packed_deltas_equals_history_from_loose_objects() {
 /// repacked the way a clone is.
 #[test]
 fn history_walked_with_a_helper_equals_history_walked_alone() {
-    use std::io::Write;
     let repo = Repo::new();
     let mut stream = String::new();
     for i in 0..600u32 {
@@ -619,20 +601,7 @@ fn history_walked_with_a_helper_equals_history_walked_alone() {
             stream.push_str(&format!("D catalogue/ROW_{:03}.yaml\n", (i * 11) % 150));
         }
     }
-    let mut import = std::process::Command::new("git")
-        .args(["fast-import", "--quiet"])
-        .current_dir(repo.path())
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    import
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stream.as_bytes())
-        .unwrap();
-    assert!(import.wait().unwrap().success());
-    repo.git(&["reset", "-q", "--hard", "main"], None);
+    repo.fast_import(stream.as_bytes());
     let changes = |h: &capdir::history::History| {
         h.files
             .iter()

@@ -209,27 +209,26 @@ mod tests {
         let mut out = Vec::new();
         apply(base, &d, &mut out).unwrap();
         assert_eq!(out, b"234ab89");
-        // Copies in place at both ends: 4 bytes shared before the insert, 3 after.
-        let d = [10, 9, 0x90, 4, 1, b'x', 0x91, 7, 3, 0x91, 9, 1];
-        let shared = apply(base, &d, &mut out).unwrap();
-        assert_eq!(out, b"0123x7899");
-        assert_eq!(
-            shared,
-            Shared {
-                prefix: 4,
-                suffix: 1
-            }
-        );
-        let d = [10, 8, 0x90, 4, 1, b'x', 0x91, 7, 3];
-        let shared = apply(base, &d, &mut out).unwrap();
-        assert_eq!(out, b"0123x789");
-        assert_eq!(
-            shared,
-            Shared {
-                prefix: 4,
-                suffix: 3
-            }
-        );
+        // Copies in place at the start and at the end say what is shared there: the copy
+        // of offset 7 ends 1 byte before the result's end (not the base's) in the first.
+        for (d, result, prefix, suffix) in [
+            (
+                &[10, 9, 0x90, 4, 1, b'x', 0x91, 7, 3, 0x91, 9, 1][..],
+                &b"0123x7899"[..],
+                4,
+                1,
+            ),
+            (
+                &[10, 8, 0x90, 4, 1, b'x', 0x91, 7, 3][..],
+                &b"0123x789"[..],
+                4,
+                3,
+            ),
+        ] {
+            let shared = apply(base, d, &mut out).unwrap();
+            assert_eq!(out, result);
+            assert_eq!(shared, Shared { prefix, suffix });
+        }
         // A copy of size 0 means 0x10000 bytes: beyond this base.
         assert!(apply(base, &[10, 7, 0x81, 0], &mut out).is_err());
         // Wrong base size, short result, truncated insert, reserved 0.

@@ -68,6 +68,21 @@ impl Repo {
         self.git(&["add", "-A"], None);
         self.git(&["commit", "-q", "-m", message], Some(date));
     }
+
+    /// Import a `git fast-import` stream (which packs each tree as a delta on its parent's)
+    /// and check out `main`.
+    pub fn fast_import(&self, stream: &[u8]) {
+        use std::io::Write;
+        let mut import = Command::new("git")
+            .args(["fast-import", "--quiet"])
+            .current_dir(self.path())
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        import.stdin.take().unwrap().write_all(stream).unwrap();
+        assert!(import.wait().unwrap().success(), "git fast-import failed");
+        self.git(&["reset", "-q", "--hard", "main"], None);
+    }
 }
 
 /// A small valid fn row.
