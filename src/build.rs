@@ -145,7 +145,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     let helper = history::Helper::default();
     let walk = {
         let (dir, cache) = (opts.catalogue.clone(), opts.out.join(HISTORY_CACHE));
-        let walkers = std::thread::available_parallelism().map_or(1, |n| n.get()) / 2;
+        let walkers = crate::cores() / 2;
         let helper = helper.clone();
         std::thread::spawn(move || {
             let started = Instant::now();
@@ -199,13 +199,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
     let mut categories: Vec<String> = enabled
         .iter()
-        .map(|r| {
-            if r.category.is_empty() {
-                "uncategorized".into()
-            } else {
-                r.category.clone()
-            }
-        })
+        .map(|r| crate::row::category_name(&r.category).to_string())
         .collect();
     categories.sort();
     categories.dedup();

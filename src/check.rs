@@ -32,9 +32,7 @@ impl Checked {
 
 /// Parse and check every file, on all cores; rows come back sorted by key.
 pub fn check_files(files: &[SourceFile]) -> Checked {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
+    let workers = crate::cores().min(8);
     // Small catalogues are not worth a thread.
     let chunk = files.len().div_ceil(workers).max(256);
     let parts: Vec<(Vec<Row>, Vec<Diagnostic>)> = std::thread::scope(|s| {

@@ -117,17 +117,14 @@ const CACHE_VERSION: u32 = 1;
 
 /// Read the history of catalogue directory `dir`. Outside Git, an empty history saying why.
 pub fn read(dir: &Path) -> History {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    read_cached(dir, None, cores, None)
+    read_cached(dir, None, crate::cores(), None)
 }
 
 /// What history shows of the commit the work tree of `dir` is at; none outside Git or
 /// before the first commit.
 pub fn head(dir: &Path) -> Option<CommitInfo> {
     let (repo, _) = git::locate(dir).ok()?;
-    let id = repo.head_id().ok()?;
-    let commit = repo.find_object(id.detach()).ok()?.try_into_commit().ok()?;
-    Some(commit_info(&commit))
+    info_at(&repo, repo.head_id().ok()?.detach()).ok()
 }
 
 /// Like [`read`], starting from the history a previous build saved at `cache` when its head
@@ -417,9 +414,9 @@ const MAX_MARKS: usize = 1024;
 /// `before`'s). The trees share most bytes (a commit changes a few rows), so only the entries
 /// between the common prefix and the common suffix are parsed: memcmp-speed for a
 /// ten-thousand-row directory, and less when `shared` (from a delta between the two) says
-/// how much of each end is known to be the same. The entry where the difference starts is found by hopping
-/// from the last mark before it, from either tree's marks: where the bytes are the same,
-/// so are the entries.
+/// how much of each end is known to be the same. The entry where the difference starts is
+/// found by hopping from the last mark before it, from either tree's marks: where the bytes
+/// are the same, so are the entries.
 fn diff(
     now: &[u8],
     before: &[u8],
@@ -840,7 +837,7 @@ fn walk_span(
         }
         let info = match w.info_of.get(&id) {
             Some(info) => info.clone(),
-            None => Arc::new(commit_info(&repo.find_object(id)?.try_into_commit()?)),
+            None => Arc::new(info_at(repo, id)?),
         };
         span.changes.push((at, info, std::mem::take(&mut changed)));
     }
@@ -991,8 +988,7 @@ fn walk(
     for changes in history.files.values_mut() {
         changes.sort_by(|a, b| b.commit.date.cmp(&a.commit.date));
     }
-    let head_commit = repo.find_object(head.detach())?.try_into_commit()?;
-    history.head = Some(Arc::new(commit_info(&head_commit)));
+    history.head = Some(Arc::new(info_at(&repo, head.detach())?));
     Ok(history)
 }
 
@@ -1017,6 +1013,11 @@ fn packed_newest_first(repo: &gix::Repository, rel: &Path, commits: &[Link]) -> 
         }
     }
     newer_first > older_first
+}
+
+/// What history shows of commit `id`, read from the repository.
+fn info_at(repo: &gix::Repository, id: ObjectId) -> Result<CommitInfo> {
+    Ok(commit_info(&repo.find_object(id)?.try_into_commit()?))
 }
 
 /// What history shows of a commit: id, author, committer time, subject, `Replaced-by:`.

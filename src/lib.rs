@@ -40,3 +40,8 @@ pub mod snapshot;
 pub mod target;
 pub mod template;
 pub mod token;
+
+/// Threads worth running at once for CPU-bound work: the machine's cores, 1 when unknown.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -287,6 +287,15 @@ impl Row {
     }
 }
 
+/// The name a category is listed under: rows without one are `uncategorized`.
+pub fn category_name(category: &str) -> &str {
+    if category.is_empty() {
+        "uncategorized"
+    } else {
+        category
+    }
+}
+
 /// `ZZ_TEST_*`, `TEST_*`, `*_TEST`: keys that exist to exercise the system, not to be used.
 pub fn is_test_key(key: &str) -> bool {
     key.starts_with("ZZ_") || key.starts_with("TEST_") || key.ends_with("_TEST")

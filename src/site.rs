@@ -290,68 +290,35 @@ pub fn write_contracts(
     let dir = out.join("k");
     std::fs::create_dir_all(&dir)?;
     let old_dir = previous.map(|p| p.join("k")).filter(|d| d.is_dir());
-    let old_inputs = match &old_dir {
-        Some(_) => previous.map(read_page_inputs).unwrap_or_default(),
-        None => HashMap::new(),
-    };
     let page = contract_context(common)?;
-    let mut shared = Sha256::new();
-    shared.update(env!("CARGO_PKG_VERSION"));
-    for (name, text) in TEMPLATES {
-        shared.update(format!("\0{name}\0{}\0", text.len()));
-        shared.update(text);
-    }
-    shared.update(serde_json::to_vec(&page.clone().into_json())?);
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8);
+    let writer = ContractWriter {
+        old_inputs: old_dir
+            .as_ref()
+            .and(previous)
+            .map(read_page_inputs)
+            .unwrap_or_default(),
+        shared: inputs_digest(&page)?,
+        dir,
+        old_dir,
+        progress,
+    };
+    let workers = crate::cores().min(8);
     // Workers take the next batch as they finish one: a worker that shares its core with
     // another thread of the build does less, not the same share as the others.
     let batches: Vec<&[Contract]> = contracts.chunks(32).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let take = || batches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers.min(batches.len()).max(1))
             .map(|_| {
-                let (dir, old_dir, next, batches) = (&dir, &old_dir, &next, &batches);
-                let (old_inputs, shared, page) = (&old_inputs, &shared, page.clone());
+                let (writer, take, page) = (&writer, &take, page.clone());
                 s.spawn(move || -> Result<(Written, Vec<(String, String)>)> {
-                    let mut done = Written::default();
-                    let mut inputs = Vec::new();
                     let mut renderer = Renderer::new(tera, page);
-                    while let Some(batch) =
-                        batches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                    {
+                    let (mut done, mut inputs) = (Written::default(), Vec::new());
+                    while let Some(batch) = take() {
                         for c in *batch {
-                            let json = serde_json::to_string_pretty(c)? + "\n";
-                            let digest = hex::encode(
-                                shared.clone().chain_update(json.as_bytes()).finalize(),
-                            );
-                            let same = old_inputs.get(&c.key) == Some(&digest);
+                            let digest = writer.write(&mut renderer, c, &mut done)?;
                             inputs.push((c.key.clone(), digest));
-                            if let Some(old) = old_dir.as_ref().filter(|_| same)
-                                && link_contract(old, dir, &c.key)
-                            {
-                                done.linked += 3;
-                                done.unchanged_rows += 1;
-                                progress(1);
-                                continue;
-                            }
-                            let (md, page) = renderer
-                                .contract(c)
-                                .with_context(|| format!("rendering the contract of {}", c.key))?;
-                            for (ext, bytes) in [("md", md), ("json", json), ("html", page)] {
-                                let name = format!("{}.{ext}", c.key);
-                                let old = old_dir.as_ref().map(|d| d.join(&name));
-                                if write_or_link(
-                                    &dir.join(&name),
-                                    bytes.as_bytes(),
-                                    old.as_deref(),
-                                )? {
-                                    done.linked += 1;
-                                }
-                            }
-                            progress(1);
                         }
                     }
                     Ok((done, inputs))
@@ -375,6 +342,58 @@ pub fn write_contracts(
         write(&out.join(PAGE_INPUTS), list)?;
         Ok(all)
     })
+}
+
+/// The digest of what every contract's pages are made from besides the contract: capdir's
+/// version, the templates, and the shared context `page`.
+fn inputs_digest(page: &tera::Context) -> Result<Sha256> {
+    let mut shared = Sha256::new();
+    shared.update(env!("CARGO_PKG_VERSION"));
+    for (name, text) in TEMPLATES {
+        shared.update(format!("\0{name}\0{}\0", text.len()));
+        shared.update(text);
+    }
+    shared.update(serde_json::to_vec(&page.clone().into_json())?);
+    Ok(shared)
+}
+
+/// What the page workers share: where the files go, the previous site's files and the
+/// digests they were made from, and the digest of the inputs all rows share.
+struct ContractWriter<'p> {
+    dir: std::path::PathBuf,
+    old_dir: Option<std::path::PathBuf>,
+    old_inputs: HashMap<String, String>,
+    shared: Sha256,
+    progress: &'p (dyn Fn(u64) + Sync),
+}
+
+impl ContractWriter<'_> {
+    /// Write contract `c`'s three files, or link them from the previous site; returns the
+    /// digest of its inputs.
+    fn write(&self, renderer: &mut Renderer, c: &Contract, done: &mut Written) -> Result<String> {
+        let json = serde_json::to_string_pretty(c)? + "\n";
+        let digest = hex::encode(self.shared.clone().chain_update(json.as_bytes()).finalize());
+        let same = self.old_inputs.get(&c.key) == Some(&digest);
+        if let Some(old) = self.old_dir.as_ref().filter(|_| same)
+            && link_contract(old, &self.dir, &c.key)
+        {
+            done.linked += 3;
+            done.unchanged_rows += 1;
+        } else {
+            let (md, page) = renderer
+                .contract(c)
+                .with_context(|| format!("rendering the contract of {}", c.key))?;
+            for (ext, bytes) in [("md", md), ("json", json), ("html", page)] {
+                let name = format!("{}.{ext}", c.key);
+                let old = self.old_dir.as_ref().map(|d| d.join(&name));
+                if write_or_link(&self.dir.join(&name), bytes.as_bytes(), old.as_deref())? {
+                    done.linked += 1;
+                }
+            }
+        }
+        (self.progress)(1);
+        Ok(digest)
+    }
 }
 
 /// Write `bytes` to `path`, or hard-link `path` to `old` when `old` holds exactly `bytes`.
@@ -465,11 +484,7 @@ pub fn write_pages(
 ) -> Result<()> {
     let mut by_cat: BTreeMap<String, Vec<RowSummary>> = BTreeMap::new();
     for c in contracts {
-        let name = if c.category.is_empty() {
-            "uncategorized".to_string()
-        } else {
-            c.category.clone()
-        };
+        let name = crate::row::category_name(&c.category).to_string();
         by_cat.entry(name).or_default().push(summary(c));
     }
     for rows in by_cat.values_mut() {
@@ -628,11 +643,7 @@ pub fn write_projections(
     let mut by_cat: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         by_cat
-            .entry(if r.category.is_empty() {
-                "uncategorized"
-            } else {
-                &r.category
-            })
+            .entry(crate::row::category_name(&r.category))
             .or_default()
             .push(r);
     }
