@@ -2,10 +2,10 @@
 //! argument validation, template, runner, outcome) and a three-step flow of fn rows.
 //! Targets: under 20 µs and under 100 µs. Run with `cargo bench --bench invoke`.
 
+use capdir::invoke::rowset::RowSet;
+use capdir::invoke::runner::fn_runner::run_fn;
+use capdir::invoke::runner::{Call, Environment};
 use capdir::invoke::{Input, Invoker, InvokerConfig};
-use capdir::rowset::RowSet;
-use capdir::runner::fn_runner::run_fn;
-use capdir::runner::{Call, Environment};
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::path::Path;

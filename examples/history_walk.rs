@@ -10,7 +10,7 @@ fn main() {
     let times: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(1);
     for _ in 0..times {
         let started = std::time::Instant::now();
-        let h = capdir::history::read(&dir);
+        let h = capdir::build::history::read(&dir);
         println!(
             "{:>8.1} ms  {} commits, {} files, {} trees from deltas{}",
             started.elapsed().as_secs_f64() * 1e3,

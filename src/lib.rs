@@ -1,45 +1,21 @@
 //! capdir: a catalogue of capabilities for AI agents, kept as data in Git.
 //!
-//! The pipeline reads top to bottom: rows are read ([`catalogue`], [`row`]) and checked
-//! ([`check`]); `build` compiles them into a site; `serve` dispatches calls against it.
-//! [`invoke`] runs one row by key through its [`runner`] into an [`outcome`].
+//! One folder per stage (ARCHITECTURE.md draws the map): a [`row`] is read and [`check`]ed;
+//! [`build`] compiles the rows into a site with a [`search`] index; [`invoke`] runs one row by
+//! key; [`access`] says who may; [`dispatch`] is the one path every call takes (the gate, the
+//! runner, the receipt in the [`ledger`]); [`serve`] speaks HTTP and MCP; [`cli`] is the
+//! command line.
 
-pub mod affordance;
-pub mod args;
-pub mod ask;
-pub mod auth;
-pub mod breaker;
+pub mod access;
 pub mod build;
-pub mod builtins;
-pub mod catalogue;
 pub mod check;
-pub mod contract;
-pub mod credential;
-pub mod diag;
+pub mod cli;
 pub mod dispatch;
-pub mod eval;
-pub mod flow;
-pub mod git;
-pub mod history;
 pub mod invoke;
 pub mod ledger;
-pub mod mcp;
-pub mod mint;
-pub mod openapi;
-pub mod outcome;
-pub mod projection;
 pub mod row;
-pub mod rowset;
-pub mod runner;
-pub mod scaffold;
 pub mod search;
-pub mod secrets;
-pub mod server;
-pub mod site;
-pub mod snapshot;
-pub mod target;
-pub mod template;
-pub mod token;
+pub mod serve;
 
 /// Threads worth running at once for CPU-bound work: the machine's cores, 1 when unknown.
 pub fn cores() -> usize {

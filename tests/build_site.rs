@@ -380,7 +380,7 @@ fn rebuild_links_unchanged_contract_files() {
 
     // A list of inputs that does not match what the old files were made from (edited by
     // hand here) makes no stale page: the rows are rendered and compared, and still linked.
-    let inputs = site.join(capdir::site::PAGE_INPUTS);
+    let inputs = site.join(capdir::build::site::PAGE_INPUTS);
     let listed = std::fs::read_to_string(&inputs).unwrap();
     assert_eq!(listed.lines().count(), 1 + 7, "{listed}");
     let wrong: String = listed
@@ -524,7 +524,7 @@ fn history_from_packed_deltas_equals_history_from_loose_objects() {
         &["merge", "-q", "--no-ff", "-m", "Merge side", "side"],
         Some("2024-04-01T00:00:00Z"),
     );
-    let changes = |h: &capdir::history::History| -> BTreeMap<String, Vec<(String, String)>> {
+    let changes = |h: &capdir::build::history::History| -> BTreeMap<String, Vec<(String, String)>> {
         h.files
             .iter()
             .map(|(f, cs)| {
@@ -535,10 +535,10 @@ fn history_from_packed_deltas_equals_history_from_loose_objects() {
             })
             .collect()
     };
-    let loose = capdir::history::read(&repo.catalogue());
+    let loose = capdir::build::history::read(&repo.catalogue());
     assert_eq!(loose.trees_from_deltas, 0, "nothing is packed yet");
     repo.git(&["repack", "-adq", "--window=50", "--depth=50"], None);
-    let packed = capdir::history::read(&repo.catalogue());
+    let packed = capdir::build::history::read(&repo.catalogue());
     assert!(
         packed.trees_from_deltas > 30,
         "only {} trees came from deltas",
@@ -556,7 +556,7 @@ fn history_from_packed_deltas_equals_history_from_loose_objects() {
     assert!(export.status.success());
     let imported = Repo::new();
     imported.fast_import(&export.stdout);
-    let fast = capdir::history::read(&imported.catalogue());
+    let fast = capdir::build::history::read(&imported.catalogue());
     assert!(fast.missing.is_none(), "{:?}", fast.missing);
     assert!(
         fast.trees_from_deltas > 30,
@@ -602,7 +602,7 @@ fn history_walked_with_a_helper_equals_history_walked_alone() {
         }
     }
     repo.fast_import(stream.as_bytes());
-    let changes = |h: &capdir::history::History| {
+    let changes = |h: &capdir::build::history::History| {
         h.files
             .iter()
             .map(|(f, cs)| {
@@ -616,7 +616,7 @@ fn history_walked_with_a_helper_equals_history_walked_alone() {
         if layout == "repacked" {
             repo.git(&["repack", "-adfq", "--window=50", "--depth=50"], None);
         }
-        let alone = capdir::history::read_cached(&repo.catalogue(), None, 1, None);
+        let alone = capdir::build::history::read_cached(&repo.catalogue(), None, 1, None);
         assert_eq!(alone.commits_walked, 600);
         assert_eq!(alone.commits_helped, 0);
         // Walked the other way, commits of the same second still come in one order.
@@ -626,12 +626,13 @@ fn history_walked_with_a_helper_equals_history_walked_alone() {
         // few times; every walk must agree with the lone one.
         let mut helped = 0;
         for _ in 0..5 {
-            let helper = capdir::history::Helper::default();
+            let helper = capdir::build::history::Helper::default();
             let lent = {
                 let helper = helper.clone();
                 std::thread::spawn(move || helper.help())
             };
-            let with = capdir::history::read_cached(&repo.catalogue(), None, 1, Some(&helper));
+            let with =
+                capdir::build::history::read_cached(&repo.catalogue(), None, 1, Some(&helper));
             lent.join().unwrap();
             assert!(with.missing.is_none(), "{:?}", with.missing);
             assert_eq!(changes(&with), changes(&alone), "{layout}");

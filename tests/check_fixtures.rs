@@ -3,9 +3,9 @@
 //! code, message, help) are pinned in its `expected.txt`. `CAPDIR_BLESS=1 cargo test` rewrites
 //! them after an intended change; review the diff.
 
-use capdir::catalogue::{SourceFile, read_dir};
 use capdir::check::check_files;
-use capdir::diag::{Format, render};
+use capdir::row::catalogue::{SourceFile, read_dir};
+use capdir::row::diag::{Format, render};
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {

@@ -1,7 +1,7 @@
 //! Property tests: no input makes the row parser or the check gate panic.
 
-use capdir::catalogue::SourceFile;
 use capdir::check::check_files;
+use capdir::row::catalogue::SourceFile;
 use capdir::row::parse_row;
 use proptest::prelude::*;
 use std::path::Path;
@@ -65,6 +65,6 @@ proptest! {
 
     #[test]
     fn flow_parser_never_panics(text in "[A-Z_:{}|>=$ a-z0-9\n]{0,80}") {
-        let _ = capdir::flow::parse(&text);
+        let _ = capdir::row::flow::parse(&text);
     }
 }

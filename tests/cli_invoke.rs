@@ -94,7 +94,7 @@ fn breaker_list_and_reset() {
         (out.as_str(), code),
         ("no breaker records: every credential is closed\n", 0)
     );
-    let b = capdir::breaker::Breaker::in_data_dir(d);
+    let b = capdir::invoke::breaker::Breaker::in_data_dir(d);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         for _ in 0..8 {

@@ -1,6 +1,6 @@
 //! The contract fingerprint changes when the call changes, and only then.
 
-use capdir::contract::fingerprint;
+use capdir::row::call::fingerprint;
 use capdir::row::{Row, parse_row};
 use std::path::Path;
 

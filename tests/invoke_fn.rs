@@ -4,8 +4,8 @@
 mod common;
 
 use capdir::invoke::Input;
-use capdir::outcome::Status;
-use capdir::runner::Environment;
+use capdir::invoke::outcome::Status;
+use capdir::invoke::runner::Environment;
 use common::{bundled, call, invoker, row, row_with};
 use serde_json::json;
 
@@ -60,7 +60,7 @@ async fn fn_error_strings() {
 async fn every_builtin_reachable_through_a_row() {
     let inv = bundled();
     let rows = inv.rows();
-    for name in capdir::builtins::names() {
+    for name in capdir::row::builtins::names() {
         let callers: Vec<&str> = rows
             .keys()
             .into_iter()

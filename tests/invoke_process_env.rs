@@ -8,7 +8,7 @@ mod common;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
-use capdir::runner::Environment;
+use capdir::invoke::runner::Environment;
 use common::{call, invoker, row_with, serve};
 use serde_json::json;
 

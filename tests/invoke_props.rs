@@ -4,13 +4,13 @@
 
 mod common;
 
+use capdir::invoke::rowset::RowSet;
+use capdir::invoke::runner::http::{prepare, render_url};
+use capdir::invoke::runner::{Call, Environment};
 use capdir::invoke::{Input, Invoker, InvokerConfig};
 use capdir::row::RowType;
-use capdir::rowset::RowSet;
-use capdir::runner::http::{prepare, render_url};
-use capdir::runner::{Call, Environment};
-use capdir::target::HttpTarget;
-use capdir::template::{Context, Vars, render};
+use capdir::row::target::HttpTarget;
+use capdir::row::template::{Context, Vars, render};
 use proptest::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -110,7 +110,7 @@ proptest! {
     fn bundled_http_rows_keep_their_origin(body in prop::collection::vec(hostile(), 0..6)) {
         let inv = bundled();
         let body = body.join("|");
-        let pieces = capdir::args::split_body(&body);
+        let pieces = capdir::row::args::split_body(&body);
         for key in inv.rows().keys() {
             let Some(c) = inv.rows().get(key) else { continue };
             if c.row.kind != RowType::Http {
@@ -125,7 +125,7 @@ proptest! {
                 .expect("prepared");
             prop_assert_eq!(p.url.origin(), template_url.origin(), "{}", key);
             let mut allowed = query_keys(&template_url);
-            if let Ok(Some(capdir::credential::Credential::Query { param, .. })) = &c.credential {
+            if let Ok(Some(capdir::row::credential::Credential::Query { param, .. })) = &c.credential {
                 allowed.push(param.clone());
             }
             prop_assert_eq!(query_keys(&p.url), allowed, "{}", key);

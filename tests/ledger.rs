@@ -4,9 +4,9 @@
 
 mod common;
 
-use capdir::breaker::Breaker;
+use capdir::access::token::{Claims, Risk};
+use capdir::invoke::breaker::Breaker;
 use capdir::ledger::{self, Draft, GENESIS, Ledger, Location, Verdict};
-use capdir::token::{Claims, Risk};
 use chrono::Utc;
 use std::path::PathBuf;
 use std::process::Command;

@@ -7,10 +7,10 @@ mod common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use capdir::access::token::{self, Claims, Risk, TokenKey};
 use capdir::build::{self, Options};
 use capdir::ledger::SqliteLedger;
-use capdir::server::{AppState, Settings, app};
-use capdir::token::{self, Claims, Risk, TokenKey};
+use capdir::serve::{AppState, Settings, app};
 use common::{Repo, fixture, fn_row};
 use http_body_util::BodyExt;
 use serde_json::{Value as Json, json};
@@ -144,7 +144,7 @@ async fn the_document_describes_every_route_and_answer() {
         .map(String::as_str)
         .collect();
     paths.sort();
-    // The router's routes (server::app), the static-site fallback aside.
+    // The router's routes (serve::app), the static-site fallback aside.
     assert_eq!(
         paths,
         [

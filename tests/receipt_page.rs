@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use capdir::build::{self, Options};
 use capdir::ledger::SqliteLedger;
-use capdir::server::{AppState, Settings, app};
+use capdir::serve::{AppState, Settings, app};
 use common::{Repo, fixture};
 use http_body_util::BodyExt;
 use serde_json::{Value as Json, json};

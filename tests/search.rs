@@ -3,9 +3,9 @@
 
 mod common;
 
-use capdir::catalogue::{SourceFile, read_dir};
 use capdir::check::{asks_gate, check_files};
 use capdir::row::Row;
+use capdir::row::catalogue::{SourceFile, read_dir};
 use capdir::search::Searcher;
 use std::path::Path;
 

@@ -6,7 +6,7 @@ mod common;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use capdir::ledger::{self, SqliteLedger, Verdict};
-use capdir::server::{AppState, Settings, app};
+use capdir::serve::{AppState, Settings, app};
 use common::{Repo, fixture, fn_row};
 use http_body_util::BodyExt;
 use serde_json::{Value as Json, json};

@@ -1,7 +1,7 @@
 //! Fuzz the flow parser: no input panics, and what it accepts respects its own limits.
 #![no_main]
 
-use capdir::flow::{self, MAX_BRANCHES, MAX_STEPS, Step};
+use capdir::row::flow::{self, MAX_BRANCHES, MAX_STEPS, Step};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

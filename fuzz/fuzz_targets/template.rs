@@ -2,9 +2,9 @@
 //! structure, and never moves a rendered http URL to another origin.
 #![no_main]
 
-use capdir::runner::http::render_url;
-use capdir::target::HttpTarget;
-use capdir::template::{Context, Vars, highest_slot, names, render};
+use capdir::invoke::runner::http::render_url;
+use capdir::row::target::HttpTarget;
+use capdir::row::template::{Context, Vars, highest_slot, names, render};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
 

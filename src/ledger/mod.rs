@@ -11,14 +11,13 @@
 pub mod postgres;
 pub mod sqlite;
 
-use crate::breaker::{Breaker, BreakerPolicy, BreakerStore};
-use crate::token::Claims;
+use crate::access::token::Claims;
+use crate::invoke::breaker::{Breaker, BreakerPolicy, BreakerStore};
 use anyhow::{Result, bail};
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::oneshot;
@@ -117,8 +116,6 @@ fn row_to_receipt(seq: i64, body: &str, prev_hash: String, hash: String) -> Resu
         hash,
     })
 }
-
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A capability token the ledger knows of: minted here (its claims, never the token
 /// itself), revoked, or both. A token minted against another ledger can still be revoked

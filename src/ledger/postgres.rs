@@ -20,8 +20,8 @@ use super::{
     BoxFuture, Draft, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk,
     answer_all, answered, link, now_rfc3339, row_to_receipt, token_entry,
 };
-use crate::breaker::{BreakerState, BreakerStore};
-use crate::token::Claims;
+use crate::access::token::Claims;
+use crate::invoke::breaker::{BreakerState, BreakerStore};
 use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::HashMap;

@@ -10,7 +10,7 @@ use super::{
     BoxFuture, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
     answered, link, now_rfc3339, row_to_receipt, token_entry,
 };
-use crate::token::Claims;
+use crate::access::token::Claims;
 use anyhow::{Context as _, Result, bail};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};

@@ -3,11 +3,11 @@
 
 #![allow(dead_code)]
 
+use capdir::invoke::outcome::Outcome;
+use capdir::invoke::rowset::RowSet;
+use capdir::invoke::runner::Environment;
 use capdir::invoke::{Input, Invoker, InvokerConfig};
-use capdir::outcome::Outcome;
 use capdir::row::{Row, parse_row};
-use capdir::rowset::RowSet;
-use capdir::runner::Environment;
 use serde_json::{Value as Json, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

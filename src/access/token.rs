@@ -1,0 +1,524 @@
+//! Capability tokens (DESIGN.md §8): a signed, scoped permission to invoke some rows of one
+//! dispatcher, handed to an agent instead of the owner key.
+//!
+//! A token is `cdt1.<claims>.<mac>`: the claims as JSON in URL-safe base64, then an
+//! HMAC-SHA256 over `cdt1.<claims>` with the dispatcher's token key. HMAC rather than a
+//! signature pair because the minter and the verifier are the same party (the operator's
+//! `capdir token mint` and their own `capdir serve`), and several dispatchers share one key
+//! through `CAPDIR_TOKEN_KEY` as they share the ledger. The token is a bearer secret: it is
+//! never stored (the ledger keeps its claims, under its id), and `secrets::scan` knows its
+//! shape so it is redacted wherever it turns up.
+//!
+//! The gate is pure and ordered: `check_holder` (expired, audience — revocation is asked of
+//! the ledger first) and `check_call` (scope, contract_changed, risk ceiling, fixed body,
+//! payload ceiling). The dispatcher runs both before any runner and writes a `REFUSED`
+//! receipt naming the literal reason; contracts use the same checks to tell a caller what
+//! its credential may do.
+
+use anyhow::{Context as _, Result, bail};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use std::path::{Path, PathBuf};
+
+/// What every token starts with; also how `authenticate` tells a token from the owner key.
+pub const PREFIX: &str = "cdt1.";
+
+/// The environment variable that holds the token key.
+pub const KEY_ENV: &str = "CAPDIR_TOKEN_KEY";
+
+/// A token key shorter than this is refused: HMAC-SHA256 wants at least 256 bits.
+pub const MIN_KEY_LEN: usize = 32;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The highest risk a token may take on. A `sensitive` row needs `High`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Risk {
+    Low,
+    High,
+}
+
+impl Risk {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Low => "low",
+            Risk::High => "high",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Risk> {
+        match s {
+            "low" => Some(Risk::Low),
+            "high" => Some(Risk::High),
+            _ => None,
+        }
+    }
+}
+
+/// What a token allows; signed as a whole, so no field can be changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claims {
+    /// `tok_` and 32 hex digits; what `revoke` and receipts name.
+    pub id: String,
+    /// Minted at, Unix seconds.
+    pub iat: i64,
+    /// Expires at, Unix seconds.
+    pub exp: i64,
+    /// The dispatcher's base URL; another dispatcher refuses the token.
+    pub aud: String,
+    /// Keys the token may invoke.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// Categories whose rows the token may invoke.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub categories: Vec<String>,
+    pub risk: Risk,
+    /// The contract fingerprint the token was minted against (one key only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
+    /// The only body the token may send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// The largest input the token may send, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_payload: Option<u64>,
+}
+
+impl Claims {
+    /// The scope as one line: `KEY_A, KEY_B, category:x`.
+    pub fn scope_text(&self) -> String {
+        self.keys
+            .iter()
+            .cloned()
+            .chain(self.categories.iter().map(|c| format!("category:{c}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Expiry as RFC 3339.
+    pub fn expires_at(&self) -> String {
+        rfc3339(self.exp)
+    }
+}
+
+/// Unix seconds as RFC 3339 (UTC).
+pub fn rfc3339(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| secs.to_string())
+}
+
+/// A new token id.
+pub fn new_id() -> String {
+    format!("tok_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Why a presented token is not a token of this dispatcher. Never quotes the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("the token is not of the form cdt1.<claims>.<mac>")]
+    Malformed,
+    #[error("the token's signature does not verify: it was changed, or signed with another key")]
+    BadSignature,
+    #[error("the token's claims cannot be read")]
+    BadClaims,
+}
+
+/// The key tokens are signed with. Its `Debug` never shows the key.
+#[derive(Clone)]
+pub struct TokenKey {
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenKey(…)")
+    }
+}
+
+impl TokenKey {
+    /// A key from its text (`CAPDIR_TOKEN_KEY`, or the key file): at least 32 bytes.
+    pub fn from_text(text: &str) -> Result<TokenKey> {
+        let text = text.trim();
+        if text.len() < MIN_KEY_LEN {
+            bail!(
+                "the token key is {} bytes; it needs at least {MIN_KEY_LEN} (e.g. `openssl rand -hex 32`)",
+                text.len()
+            );
+        }
+        Ok(TokenKey {
+            bytes: text.as_bytes().to_vec(),
+        })
+    }
+
+    /// The key text, for redacting it wherever it might be echoed.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+
+    /// Where a dispatcher's key comes from: `CAPDIR_TOKEN_KEY` when set, else
+    /// `<data>/token.key`, created with 32 random bytes (hex, mode 0600) at first use.
+    pub fn load(data_dir: &Path) -> Result<(TokenKey, KeySource)> {
+        if let Ok(text) = std::env::var(KEY_ENV)
+            && !text.is_empty()
+        {
+            return Ok((
+                TokenKey::from_text(&text).with_context(|| format!("{KEY_ENV} is too short"))?,
+                KeySource::Env,
+            ));
+        }
+        let path = data_dir.join("token.key");
+        if !path.exists() {
+            create_key_file(&path)?;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the token key {}", path.display()))?;
+        let key = TokenKey::from_text(&text)
+            .with_context(|| format!("the token key in {}", path.display()))?;
+        Ok((key, KeySource::File(path)))
+    }
+
+    fn mac(&self, message: &str) -> HmacSha256 {
+        let mut mac =
+            HmacSha256::new_from_slice(&self.bytes).expect("HMAC takes a key of any length");
+        mac.update(message.as_bytes());
+        mac
+    }
+
+    /// The token for `claims`.
+    pub fn sign(&self, claims: &Claims) -> String {
+        let json = serde_json::to_vec(claims).expect("claims serialise");
+        let signed = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(json));
+        let tag = self.mac(&signed).finalize().into_bytes();
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag))
+    }
+
+    /// The claims of a token signed with this key. The MAC is checked (in constant time)
+    /// before the claims are read.
+    pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
+        let rest = token.strip_prefix(PREFIX).ok_or(TokenError::Malformed)?;
+        let (claims_b64, tag_b64) = rest.split_once('.').ok_or(TokenError::Malformed)?;
+        let tag = URL_SAFE_NO_PAD
+            .decode(tag_b64)
+            .map_err(|_| TokenError::Malformed)?;
+        let signed = &token[..PREFIX.len() + claims_b64.len()];
+        self.mac(signed)
+            .verify_slice(&tag)
+            .map_err(|_| TokenError::BadSignature)?;
+        let json = URL_SAFE_NO_PAD
+            .decode(claims_b64)
+            .map_err(|_| TokenError::BadClaims)?;
+        serde_json::from_slice(&json).map_err(|_| TokenError::BadClaims)
+    }
+}
+
+/// Where the token key was found, for the log line at start (never the key itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    Env,
+    File(PathBuf),
+}
+
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeySource::Env => write!(f, "${KEY_ENV}"),
+            KeySource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+fn create_key_file(path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the data directory {}", dir.display()))?;
+    }
+    let mut raw = [0u8; 32];
+    getrandom::fill(&mut raw).map_err(|e| anyhow::anyhow!("no randomness for a key: {e}"))?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(mut file) => {
+            use std::io::Write as _;
+            file.write_all(format!("{}\n", hex::encode(raw)).as_bytes())
+                .with_context(|| format!("writing the token key {}", path.display()))
+        }
+        // Another process created it meanwhile: use theirs.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating the token key {}", path.display())),
+    }
+}
+
+/// `1h`, `30m`, `45s`, `7d`, `2w` as seconds.
+pub fn parse_ttl(text: &str) -> Result<i64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (n, unit) = text.split_at(split);
+    let n: i64 = n
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; write 30m, 1h, 7d"))?;
+    let per = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" | "" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(format!("`{unit}` is not a unit; use s, m, h, d or w")),
+    };
+    match n.checked_mul(per) {
+        Some(s) if s > 0 => Ok(s),
+        _ => Err(format!("`{text}` must be more than zero and reasonable")),
+    }
+}
+
+/// The gate's literal reasons, in the order the gate checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Revoked,
+    Expired,
+    Audience,
+    Scope,
+    ContractChanged,
+    RiskCeiling,
+    FixedBody,
+    PayloadCeiling,
+}
+
+impl Reason {
+    /// The literal reason: the error code of the answer and of the receipt.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Revoked => "revoked",
+            Reason::Expired => "expired",
+            Reason::Audience => "audience",
+            Reason::Scope => "scope",
+            Reason::ContractChanged => "contract_changed",
+            Reason::RiskCeiling => "risk_ceiling:low",
+            Reason::FixedBody => "fixed_body",
+            Reason::PayloadCeiling => "payload_ceiling",
+        }
+    }
+
+    pub fn how_to_fix(self) -> &'static str {
+        match self {
+            Reason::Revoked => {
+                "this token was revoked; ask the dispatcher's operator for a new one"
+            }
+            Reason::Expired => "this token has expired; ask for a new one (capdir token mint)",
+            Reason::Audience => {
+                "this token was minted for another dispatcher; use it there, or mint one with --audience set to this dispatcher's URL"
+            }
+            Reason::Scope => {
+                "the token does not cover this row; mint one whose --keys or --categories include it"
+            }
+            Reason::ContractChanged => {
+                "the row changed since the token was pinned to it; read the new contract, then mint a new pinned token"
+            }
+            Reason::RiskCeiling => "the row is sensitive; it needs a token minted with --risk high",
+            Reason::FixedBody => {
+                "this token may send only its fixed body; send exactly that, or no body"
+            }
+            Reason::PayloadCeiling => "send less input; the token's --max-payload caps it",
+        }
+    }
+}
+
+/// One refusal by the gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: Reason,
+    pub message: String,
+}
+
+fn refuse(reason: Reason, message: impl Into<String>) -> Result<(), Refusal> {
+    Err(Refusal {
+        reason,
+        message: message.into(),
+    })
+}
+
+/// The row a token wants to invoke, as far as the gate needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub key: &'a str,
+    pub category: &'a str,
+    pub sensitive: bool,
+    /// The row's contract fingerprint now.
+    pub fingerprint: &'a str,
+}
+
+/// The checks about the token alone, after revocation: expired, then audience.
+pub fn check_holder(claims: &Claims, now: i64, audience: &str) -> Result<(), Refusal> {
+    if now >= claims.exp {
+        return refuse(
+            Reason::Expired,
+            format!("token {} expired at {}", claims.id, claims.expires_at()),
+        );
+    }
+    if claims.aud.trim_end_matches('/') != audience.trim_end_matches('/') {
+        return refuse(
+            Reason::Audience,
+            format!(
+                "token {} is for {}, not this dispatcher ({audience})",
+                claims.id, claims.aud
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// The checks about this call: scope, contract_changed, risk ceiling, then the input
+/// (`None` when the caller sent no body and no args).
+pub fn check_call(claims: &Claims, target: Target<'_>, input: Option<&str>) -> Result<(), Refusal> {
+    let in_scope = claims.keys.iter().any(|k| k == target.key)
+        || (!target.category.is_empty() && claims.categories.iter().any(|c| c == target.category));
+    if !in_scope {
+        return refuse(
+            Reason::Scope,
+            format!(
+                "token {} covers {}, not {}{}",
+                claims.id,
+                claims.scope_text(),
+                target.key,
+                if target.category.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (category {})", target.category)
+                }
+            ),
+        );
+    }
+    if let Some(pin) = &claims.pin
+        && pin != target.fingerprint
+    {
+        return refuse(
+            Reason::ContractChanged,
+            format!(
+                "{} changed since token {} was pinned to it (fingerprint {} → {})",
+                target.key,
+                claims.id,
+                short(pin),
+                short(target.fingerprint)
+            ),
+        );
+    }
+    if target.sensitive && claims.risk < Risk::High {
+        return refuse(
+            Reason::RiskCeiling,
+            format!(
+                "{} is sensitive and token {} has risk ceiling low",
+                target.key, claims.id
+            ),
+        );
+    }
+    if let (Some(fixed), Some(sent)) = (&claims.body, input)
+        && fixed != sent
+    {
+        return refuse(
+            Reason::FixedBody,
+            format!(
+                "token {} may send only its fixed body ({} bytes); this input differs",
+                claims.id,
+                fixed.len()
+            ),
+        );
+    }
+    let size = input.or(claims.body.as_deref()).map_or(0, str::len) as u64;
+    if let Some(max) = claims.max_payload
+        && size > max
+    {
+        return refuse(
+            Reason::PayloadCeiling,
+            format!(
+                "the input is {size} bytes; token {} allows {max}",
+                claims.id
+            ),
+        );
+    }
+    Ok(())
+}
+
+fn short(fingerprint: &str) -> &str {
+    fingerprint.get(..12).unwrap_or(fingerprint)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> TokenKey {
+        TokenKey::from_text("k".repeat(40).as_str()).expect("key")
+    }
+
+    fn claims() -> Claims {
+        Claims {
+            id: new_id(),
+            iat: 100,
+            exp: 200,
+            aud: "http://d.example".into(),
+            keys: vec!["A".into()],
+            categories: vec!["text".into()],
+            risk: Risk::Low,
+            pin: None,
+            body: None,
+            max_payload: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_changes() {
+        let c = claims();
+        let t = key().sign(&c);
+        assert!(t.starts_with(PREFIX));
+        assert_eq!(key().verify(&t), Ok(c));
+        let other = TokenKey::from_text(&"j".repeat(40)).expect("key");
+        assert_eq!(other.verify(&t), Err(TokenError::BadSignature));
+        assert_eq!(key().verify("cdt1.abc"), Err(TokenError::Malformed));
+        assert_eq!(key().verify("nope"), Err(TokenError::Malformed));
+    }
+
+    #[test]
+    fn short_keys_are_refused() {
+        assert!(TokenKey::from_text("short").is_err());
+        assert!(!format!("{:?}", key()).contains("kkkk"));
+    }
+
+    #[test]
+    fn ttl() {
+        assert_eq!(parse_ttl("1h"), Ok(3600));
+        assert_eq!(parse_ttl("30m"), Ok(1800));
+        assert_eq!(parse_ttl("7d"), Ok(7 * 86_400));
+        assert!(parse_ttl("0s").is_err());
+        assert!(parse_ttl("1y").is_err());
+        assert!(parse_ttl("h").is_err());
+        assert!(parse_ttl("99999999999999999w").is_err());
+    }
+
+    #[test]
+    fn fixed_body_fills_in_for_a_missing_one_and_counts_against_the_ceiling() {
+        let c = Claims {
+            body: Some("abcdef".into()),
+            max_payload: Some(4),
+            ..claims()
+        };
+        let t = Target {
+            key: "A",
+            category: "",
+            sensitive: false,
+            fingerprint: "f",
+        };
+        let r = check_call(&c, t, None).expect_err("over the ceiling");
+        assert_eq!(r.reason, Reason::PayloadCeiling);
+        let r = check_call(&c, t, Some("x")).expect_err("not the fixed body");
+        assert_eq!(r.reason, Reason::FixedBody);
+    }
+}

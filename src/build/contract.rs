@@ -1,0 +1,299 @@
+//! The contract: what an agent reads before it calls a row, built once per row at build time
+//! and rendered as markdown, JSON and HTML from the same model.
+
+use crate::build::history::{Change, ChangeKind};
+use crate::row::call::{example_of, fingerprint};
+use crate::row::credential::Credential;
+use crate::row::target::HttpTarget;
+use crate::row::urls::{Urls, enc};
+use crate::row::{Row, RowType};
+use serde::Serialize;
+use serde_json::Value as Json;
+
+/// One commit in a contract's history.
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryLine {
+    pub sha: String,
+    pub short: String,
+    pub date: String,
+    pub author: String,
+    pub subject: String,
+    pub kind: &'static str,
+    /// The commit's page in the repository, when its address is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+impl HistoryLine {
+    pub fn new(c: &Change, urls: &Urls) -> Self {
+        HistoryLine {
+            sha: c.commit.sha.clone(),
+            short: c.commit.sha.chars().take(10).collect(),
+            date: c.commit.date.clone(),
+            author: c.commit.author.clone(),
+            subject: c.commit.subject.clone(),
+            kind: c.kind.as_str(),
+            url: urls.commit(&c.commit.sha),
+        }
+    }
+}
+
+/// One argument of a typed row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Argument {
+    pub position: usize,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub required: bool,
+    pub description: String,
+}
+
+/// The contract of one row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Contract {
+    pub key: String,
+    pub category: String,
+    /// `category › KEY`.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub runner: String,
+    pub target: String,
+    pub auth: String,
+    pub auth_form: String,
+    pub credential_envs: Vec<String>,
+    pub risk: &'static str,
+    pub enabled: bool,
+    pub planner_visible: bool,
+    pub planner_rank: i64,
+    pub what: String,
+    pub when_to_use: String,
+    pub args: String,
+    pub ex: String,
+    pub output: String,
+    pub notes: Vec<String>,
+    pub arguments: Vec<Argument>,
+    pub input_schema: Option<Json>,
+    pub examples: Vec<String>,
+    pub includes: Vec<String>,
+    /// Flow rows: the keys the steps call, in order.
+    pub steps: Vec<String>,
+    pub fingerprint: String,
+    pub run_now_url: String,
+    pub contract_url: String,
+    pub invoke_url: String,
+    pub example_request: String,
+    pub receipt_url: String,
+    pub confirm_url: String,
+    pub may_invoke: Vec<String>,
+    /// The kinds of credential this row accepts, and on what condition.
+    pub accepts: Vec<Accepts>,
+    pub troubleshooting: Vec<String>,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub history: Vec<HistoryLine>,
+}
+
+/// One kind of credential a row accepts (the static contract's half of "who may do what";
+/// the dispatcher adds the presented credential's own affordances).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Accepts {
+    /// `owner_key`, `capability_token` or `anonymous`.
+    pub credential: &'static str,
+    /// When it is enough.
+    pub condition: String,
+}
+
+/// The kinds of credential `row` accepts.
+pub fn accepts(row: &Row) -> Vec<Accepts> {
+    let mut scope = format!("scoped to `{}`", row.key);
+    if !row.category.is_empty() {
+        scope.push_str(&format!(" or to category `{}`", row.category));
+    }
+    if row.sensitive {
+        scope.push_str(", with risk ceiling `high` (the row is sensitive)");
+    }
+    let mut out = vec![
+        Accepts {
+            credential: "owner_key",
+            condition: "always".into(),
+        },
+        Accepts {
+            credential: "capability_token",
+            condition: scope,
+        },
+    ];
+    if !row.sensitive && row.auth.trim().is_empty() {
+        out.push(Accepts {
+            credential: "anonymous",
+            condition: "only when the dispatcher runs with --open".into(),
+        });
+    }
+    out
+}
+
+fn arguments(schema: Option<&Json>) -> Vec<Argument> {
+    let Some(schema) = schema else {
+        return Vec::new();
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Json::as_array)
+        .map(|r| r.iter().filter_map(Json::as_str).collect())
+        .unwrap_or_default();
+    crate::row::args::properties(schema)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, prop))| Argument {
+            position: i + 1,
+            name: name.to_string(),
+            kind: match prop.get("type") {
+                Some(Json::String(t)) => t.clone(),
+                Some(other) => other.to_string(),
+                None => "any".into(),
+            },
+            required: required.contains(&name),
+            description: prop
+                .get("description")
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_string(),
+        })
+        .collect()
+}
+
+fn troubleshooting(row: &Row) -> Vec<String> {
+    let mut t: Vec<String> = vec![
+        "`missing_args`: send at least as many `|`-separated pieces as the ARGS line names.".into(),
+    ];
+    match row.kind {
+        RowType::Fn => t.push(format!(
+            "`ERR:fn:{}:…`: the builtin refused its input; check each argument against ARGS.",
+            row.target.trim()
+        )),
+        RowType::Http => {
+            t.push("`ERR:http:<status>:`: the remote answered an error; 4xx means the arguments or credential, 5xx the service.".into());
+            t.push("`ERR:http:fetch:`: the remote could not be reached or timed out; retry later.".into());
+            if !row.auth.is_empty() {
+                t.push("`ERR:breaker_open:`: 8 consecutive 401/403 opened the credential's breaker for an hour; the operator must fix the credential.".into());
+            }
+        }
+        RowType::Agent => t.push("`ERR:http:` from the model provider: quota, model id or gateway configuration; the body is the user message.".into()),
+        RowType::Flow => t.push("A flow stops at the first step whose output starts `ERR:`; the error names that step.".into()),
+    }
+    t
+}
+
+impl Contract {
+    pub fn new(row: &Row, history: &[Change], urls: &Urls) -> Contract {
+        let doc = row.doc();
+        let ex = example_of(row);
+        let credential = Credential::parse(&row.auth).ok().flatten();
+        let risk = if row.sensitive { "high" } else { "low" };
+        let accepts = accepts(row);
+        let may_invoke = accepts
+            .iter()
+            .map(|a| match a.credential {
+                "owner_key" => "the owner key".to_string(),
+                "capability_token" => format!("a capability token {}", a.condition),
+                _ => format!("anyone without a credential, {}", a.condition),
+            })
+            .collect();
+        let body_json = serde_json::to_string(&ex).unwrap_or_default();
+        Contract {
+            key: row.key.clone(),
+            category: row.category.clone(),
+            path: if row.category.is_empty() {
+                row.key.clone()
+            } else {
+                format!("{} › {}", row.category, row.key)
+            },
+            kind: row.kind.as_str(),
+            runner: row.runner_name().to_string(),
+            target: row.target.trim().to_string(),
+            auth: row.auth.trim().to_string(),
+            auth_form: credential
+                .as_ref()
+                .map(|c| c.form().to_string())
+                .unwrap_or_else(|| "none".into()),
+            credential_envs: credential
+                .as_ref()
+                .map(Credential::envs)
+                .unwrap_or_default(),
+            risk,
+            enabled: row.enabled,
+            planner_visible: row.planner_visible,
+            planner_rank: row.planner_rank,
+            what: doc.what.clone().unwrap_or_default(),
+            when_to_use: doc.when_to_use.clone().unwrap_or_default(),
+            args: doc.args.clone().unwrap_or_default(),
+            ex: ex.clone(),
+            output: doc.output.clone().unwrap_or_default(),
+            notes: doc.notes.clone(),
+            arguments: arguments(row.input_schema.as_ref()),
+            input_schema: row.input_schema.clone(),
+            examples: row.examples.clone(),
+            includes: row.includes.clone(),
+            steps: match row.kind {
+                RowType::Flow => crate::row::flow::parse(row.payload())
+                    .map(|f| f.keys().map(str::to_string).collect())
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            },
+            fingerprint: fingerprint(row),
+            run_now_url: format!(
+                "{}/api/dispatch?invoke={}&body={}",
+                urls.base,
+                row.key,
+                enc(&ex)
+            ),
+            contract_url: format!("{}/api/dispatch?key={}&format=markdown", urls.base, row.key),
+            invoke_url: format!("{}/api/dispatch", urls.base),
+            example_request: format!(r#"{{"key":"{}","body":{body_json}}}"#, row.key),
+            receipt_url: format!("{}/receipt/inv_…", urls.base),
+            confirm_url: format!("{}/api/dispatch?confirm=inv_…", urls.base),
+            may_invoke,
+            accepts,
+            troubleshooting: troubleshooting(row),
+            created_at: history.last().map(|c| c.commit.date.clone()),
+            updated_at: history.first().map(|c| c.commit.date.clone()),
+            history: history.iter().map(|c| HistoryLine::new(c, urls)).collect(),
+        }
+    }
+
+    /// Is this an http row that changes nothing remotely (GET/HEAD), or a pure builtin?
+    pub fn read_only(row: &Row) -> bool {
+        match row.kind {
+            RowType::Fn => true,
+            RowType::Http => HttpTarget::parse(&row.target).is_ok_and(|t| t.is_read_only()),
+            _ => false,
+        }
+    }
+}
+
+/// The page a removed key answers with: when, by which commit, and what replaced it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tombstone {
+    pub key: String,
+    pub removed_at: String,
+    pub removed_by: String,
+    pub removed_subject: String,
+    pub replaced_by: Option<String>,
+    pub history: Vec<HistoryLine>,
+}
+
+impl Tombstone {
+    /// A tombstone for a file whose newest change is its deletion.
+    pub fn from_history(key: &str, history: &[Change], urls: &Urls) -> Option<Tombstone> {
+        let last = history.first()?;
+        (last.kind == ChangeKind::Deleted).then(|| Tombstone {
+            key: key.to_string(),
+            removed_at: last.commit.date.clone(),
+            removed_by: last.commit.sha.clone(),
+            removed_subject: last.commit.subject.clone(),
+            replaced_by: last.commit.replaced_by.clone(),
+            history: history.iter().map(|c| HistoryLine::new(c, urls)).collect(),
+        })
+    }
+}

@@ -1,0 +1,429 @@
+//! `capdir build`: the catalogue compiled into a site, one named step per output, each timed.
+//!
+//! check → index → history → snapshot → pages → projections, the history walked on its own
+//! thread alongside the first two, and the snapshot and projections alongside the pages.
+//! Everything is written into a temporary directory beside the target and swapped into place
+//! at the end, so a failed build leaves the previous site untouched and a server reading the
+//! site never sees half of one.
+
+pub mod contract;
+pub mod git;
+pub mod history;
+pub mod projection;
+pub mod site;
+pub mod snapshot;
+
+use crate::build::contract::{Contract, Tombstone};
+use crate::check::check_files;
+use crate::row::Row;
+use crate::row::catalogue;
+use crate::row::diag::{Diagnostic, Format, render};
+use crate::row::urls::Urls;
+use anyhow::{Context as _, Result, anyhow};
+use history::History;
+use site::{Common, SiteMeta};
+use snapshot::{BuildInfo, Counts};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Where a site keeps the history it was built from, so a rebuild walks only newer commits.
+pub const HISTORY_CACHE: &str = ".history.json";
+
+/// The steps, in order; also the names `fail_after` accepts.
+pub const STEPS: &[&str] = &[
+    "check",
+    "index",
+    "history",
+    "snapshot",
+    "pages",
+    "projections",
+];
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub catalogue: PathBuf,
+    pub out: PathBuf,
+    /// Where the dispatcher will answer, for the URLs in contracts and llms.txt.
+    pub base_url: String,
+    /// The repository's web address, for links to commits; `None` reads it from the
+    /// catalogue repository's `origin` remote (no links when that is not a hosted one).
+    pub repo_url: Option<String>,
+    /// Draw a progress bar (only when stderr is a terminal).
+    pub progress: bool,
+    /// Stop with an error after this step: how tests prove a failed build changes nothing.
+    pub fail_after: Option<String>,
+}
+
+impl Options {
+    pub fn new(catalogue: impl Into<PathBuf>, out: impl Into<PathBuf>) -> Options {
+        Options {
+            catalogue: catalogue.into(),
+            out: out.into(),
+            base_url: "http://127.0.0.1:8080".into(),
+            repo_url: None,
+            progress: false,
+            fail_after: None,
+        }
+    }
+}
+
+/// What a successful build did.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub steps: Vec<(&'static str, Duration, String)>,
+    pub warnings: Vec<String>,
+    pub rows: usize,
+    pub info: Option<BuildInfo>,
+}
+
+impl Report {
+    /// One line per step: name, time, and what it did.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for w in &self.warnings {
+            s.push_str(&format!("warning: {w}\n"));
+        }
+        for (name, t, what) in &self.steps {
+            s.push_str(&format!(
+                "  {name:<12} {:>9.1} ms  {what}\n",
+                t.as_secs_f64() * 1000.0
+            ));
+        }
+        s
+    }
+}
+
+/// Why a build did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the catalogue has errors; nothing was built\n{0}")]
+    Check(String),
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+struct Steps {
+    report: Report,
+    started: Instant,
+    fail_after: Option<String>,
+}
+
+impl Steps {
+    fn done(&mut self, name: &'static str, what: String) -> Result<()> {
+        let took = self.started.elapsed();
+        self.took(name, took, what)
+    }
+
+    /// A step that ran on its own thread and took `took`; the next step is timed from now.
+    fn took(&mut self, name: &'static str, took: Duration, what: String) -> Result<()> {
+        self.report.steps.push((name, took, what));
+        self.started = Instant::now();
+        if self.fail_after.as_deref() == Some(name) {
+            return Err(anyhow!("build stopped after step `{name}` as asked"));
+        }
+        Ok(())
+    }
+}
+
+/// Tombstones for row files the history saw deleted and the catalogue no longer has.
+pub fn tombstones(history: &History, rows: &[Row], urls: &Urls) -> Vec<Tombstone> {
+    let live: std::collections::HashSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    history
+        .files
+        .iter()
+        .filter_map(|(file, changes)| {
+            let key = Path::new(file).file_stem()?.to_str()?;
+            if live.contains(key) {
+                return None;
+            }
+            Tombstone::from_history(key, changes, urls)
+        })
+        .collect()
+}
+
+pub fn run(opts: &Options) -> Result<Report, BuildError> {
+    let mut steps = Steps {
+        report: Report::default(),
+        started: Instant::now(),
+        fail_after: opts.fail_after.clone(),
+    };
+    // The history walk needs only the repository: it runs alongside check and index, on half
+    // the cores (on two, one walker: a second one contending with check for a core made the
+    // step no shorter and cost CPU the rest of the build wanted).
+    let helper = history::Helper::default();
+    let walk = {
+        let (dir, cache) = (opts.catalogue.clone(), opts.out.join(HISTORY_CACHE));
+        let walkers = crate::cores() / 2;
+        let helper = helper.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let history = history::read_cached(&dir, Some(&cache), walkers, Some(&helper));
+            (history, started.elapsed())
+        })
+    };
+    let files = catalogue::read_dir(&opts.catalogue).with_context(|| {
+        format!(
+            "cannot read catalogue directory {}",
+            opts.catalogue.display()
+        )
+    })?;
+    let checked = check_files(&files);
+    if checked.has_errors() {
+        return Err(BuildError::Check(render(
+            &checked.diags,
+            checked.files,
+            Format::Text,
+        )));
+    }
+    let warnings: Vec<&Diagnostic> = checked.diags.iter().filter(|d| !d.is_error()).collect();
+    steps.report.warnings.extend(
+        warnings
+            .iter()
+            .map(|d| d.render_text().trim_end().to_string()),
+    );
+    steps.done("check", format!("{} rows", checked.rows.len()))?;
+
+    let all_rows = checked.rows;
+    let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
+    let tmp = temp_dir_beside(&opts.out)?;
+    // What the projections need is known once the rows are checked and HEAD is read: they
+    // are written alongside index and history, on the core the history walk leaves idle
+    // when check and index finish first.
+    let counts = Counts::of(&all_rows);
+    let head = history::head(&opts.catalogue);
+    let mut info = BuildInfo {
+        commit: head.as_ref().map(|h| h.sha.clone()).unwrap_or_default(),
+        date: head.as_ref().map(|h| h.date.clone()).unwrap_or_default(),
+        capdir_version: env!("CARGO_PKG_VERSION").to_string(),
+        history_partial: false,
+        counts: counts.clone(),
+    };
+    let head_info = info.clone();
+    let repo_url = match &opts.repo_url {
+        Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
+        Some(_) => None,
+        None => crate::build::git::origin_web_url(&opts.catalogue),
+    };
+    let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
+    let mut categories: Vec<String> = enabled
+        .iter()
+        .map(|r| crate::row::category_name(&r.category).to_string())
+        .collect();
+    categories.sort();
+    categories.dedup();
+    let result = std::thread::scope(|s| -> Result<BuildInfo> {
+        let projections = s.spawn(|| -> Result<Duration> {
+            let started = Instant::now();
+            let common = Common {
+                site: SiteMeta::default_for(&counts),
+                counts: &counts,
+                build: &head_info,
+                repo_url: repo_url.clone(),
+            };
+            site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
+            Ok(started.elapsed())
+        });
+        let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
+        steps.done("index", format!("{indexed} rows"))?;
+        // Rather than wait, this thread walks part of what the history walk has left.
+        helper.help();
+
+        let (history, took) = walk
+            .join()
+            .map_err(|_| anyhow!("the history walk panicked"))?;
+        if let Some(why) = &history.missing {
+            steps
+                .report
+                .warnings
+                .push(format!("no Git history ({why}); rows get no dates"));
+        }
+        if history.partial {
+            steps.report.warnings.push(
+                "shallow clone: history is partial, created_at may be later than the truth".into(),
+            );
+        }
+        steps.took(
+            "history",
+            took,
+            format!(
+                "{} commits walked, alongside check and index{}",
+                history.commits_walked,
+                match history.commits_helped {
+                    0 => String::new(),
+                    n => format!(" ({n} of them by the index's thread once done)"),
+                }
+            ),
+        )?;
+        info.history_partial = history.partial;
+        let tombs = tombstones(&history, &all_rows, &urls);
+
+        let common = Common {
+            site: SiteMeta::default_for(&counts),
+            counts: &counts,
+            build: &info,
+            repo_url: repo_url.clone(),
+        };
+        // The snapshot runs on a thread of its own alongside the pages, filling the core the
+        // pages leave idle while one thread writes the index pages.
+        let (side, pages) = std::thread::scope(|s| {
+            let side = s.spawn(|| -> Result<Duration> {
+                let started = Instant::now();
+                if history.missing.is_none() {
+                    history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
+                }
+                snapshot::write(
+                    &tmp.join("catalogue.sqlite"),
+                    &all_rows,
+                    &history,
+                    &tombs,
+                    &info,
+                )?;
+                Ok(started.elapsed())
+            });
+            let pages = (|| -> Result<(usize, site::Written)> {
+                let contracts: Vec<Contract> = enabled
+                    .iter()
+                    .map(|r| {
+                        let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                        Contract::new(r, history.of(file), &urls)
+                    })
+                    .collect();
+                let tera = site::tera()?;
+                let bar = progress_bar(opts.progress, contracts.len() as u64);
+                let previous = opts.out.is_dir().then_some(opts.out.as_path());
+                let written =
+                    site::write_contracts(&tmp, previous, &tera, &common, &contracts, &|n| {
+                        bar.inc(n)
+                    })?;
+                bar.finish_and_clear();
+                for t in &tombs {
+                    site::write_tombstone(&tmp, &tera, &common, t)?;
+                }
+                site::write_pages(&tmp, &tera, &common, &enabled, &contracts, &tombs)?;
+                Ok((contracts.len(), written))
+            })();
+            let side = side
+                .join()
+                .unwrap_or_else(|_| Err(anyhow!("the snapshot thread panicked")));
+            (side, pages)
+        });
+        let (pages_took, snapshot_took) = (steps.started.elapsed(), side?);
+        let projections_took = projections
+            .join()
+            .unwrap_or_else(|_| Err(anyhow!("the projections thread panicked")))?;
+        steps.took(
+            "snapshot",
+            snapshot_took,
+            format!(
+                "{} rows, {} tombstones, alongside pages",
+                all_rows.len(),
+                tombs.len()
+            ),
+        )?;
+        let (rows, written) = pages?;
+        steps.took(
+            "pages",
+            pages_took,
+            format!(
+                "{rows} contracts ×3 ({} files unchanged, linked; {} rows not rendered again), {} tombstones",
+                written.linked,
+                written.unchanged_rows,
+                tombs.len()
+            ),
+        )?;
+        steps.took(
+            "projections",
+            projections_took,
+            "registry, counts, mcp/tools, llms.txt, sitemap, alongside index and history".into(),
+        )?;
+        Ok(info)
+    });
+    let info = match result {
+        Ok(info) => info,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e.into());
+        }
+    };
+    swap_into_place(&tmp, &opts.out)?;
+    steps.report.rows = all_rows.len();
+    steps.report.info = Some(info);
+    Ok(steps.report)
+}
+
+fn progress_bar(wanted: bool, len: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !wanted || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("  pages {bar:40} {pos}/{len} {eta}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// A fresh directory next to `out`, on the same file system so the final rename is atomic.
+fn temp_dir_beside(out: &Path) -> Result<PathBuf> {
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent)?;
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("site");
+    let tmp = parent.join(format!(".{name}.build-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)?;
+    }
+    std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    Ok(tmp)
+}
+
+/// Put the new site at `out` in one step: an atomic exchange of the two directories where the
+/// kernel offers it (Linux renameat2), else two renames.
+fn swap_into_place(tmp: &Path, out: &Path) -> Result<()> {
+    if !out.exists() {
+        std::fs::rename(tmp, out)
+            .with_context(|| format!("moving the new site to {}", out.display()))?;
+        return Ok(());
+    }
+    if exchange(tmp, out).is_err() {
+        let old = tmp.with_extension("old");
+        std::fs::rename(out, &old)?;
+        std::fs::rename(tmp, out)?;
+        std::fs::remove_dir_all(&old)?;
+        return Ok(());
+    }
+    // `tmp` now holds the previous site.
+    std::fs::remove_dir_all(tmp)
+        .with_context(|| format!("removing the previous site at {}", tmp.display()))
+}
+
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let a = CString::new(a.as_os_str().as_bytes())?;
+    let b = CString::new(b.as_os_str().as_bytes())?;
+    // SAFETY: both are valid NUL-terminated paths that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_: &Path, _: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::other("no atomic exchange on this platform"))
+}

@@ -1,0 +1,70 @@
+//! Projections: the compact views of a row other tools consume — a registry entry, an MCP
+//! tool definition, an llms.txt line. One function each, shared by `build` and the servers.
+
+use crate::build::contract::Contract;
+use crate::row::Row;
+use crate::row::call::fingerprint;
+use crate::row::call::needed_args;
+use serde_json::{Value as Json, json};
+
+/// A row's registry entry: enough to pick it, with a pointer to its contract.
+pub fn registry_entry(row: &Row) -> Json {
+    json!({
+        "key": row.key,
+        "type": row.kind.as_str(),
+        "category": row.category,
+        "what": row.what(),
+        "risk": if row.sensitive { "high" } else { "low" },
+        "fingerprint": fingerprint(row),
+        "contract": format!("k/{}.md", row.key),
+    })
+}
+
+/// The MCP tool for a row: name = key, description = WHAT and WHEN_TO_USE, the input schema
+/// (or a single `body` string described by the ARGS line), and behaviour hints.
+pub fn mcp_tool(row: &Row) -> Json {
+    let doc = row.doc();
+    let mut description = row.what().to_string();
+    if let Some(w) = doc.when_to_use.as_deref().filter(|w| !w.is_empty()) {
+        description.push_str(" When to use: ");
+        description.push_str(w);
+    }
+    let input_schema = row.input_schema.clone().unwrap_or_else(|| {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {"body": {
+                "type": "string",
+                "description": format!("Arguments as one string, pieces split on `|`. {}", doc.args.as_deref().unwrap_or(""))
+                    .trim_end().to_string(),
+            }},
+        });
+        // A row whose template has `$1` cannot run without a body; say so in the schema.
+        if needed_args(row) > 0 {
+            schema["required"] = json!(["body"]);
+        }
+        schema
+    });
+    let read_only = Contract::read_only(row);
+    json!({
+        "name": row.key,
+        "title": row.key.replace('_', " ").to_lowercase(),
+        "description": description,
+        "inputSchema": input_schema,
+        "annotations": {
+            "readOnlyHint": read_only,
+            "destructiveHint": !read_only && row.sensitive,
+            "openWorldHint": matches!(row.kind, crate::row::RowType::Http | crate::row::RowType::Agent),
+        },
+    })
+}
+
+/// The llms.txt line of a row.
+pub fn llms_line(row: &Row, base: &str) -> String {
+    format!(
+        "- [{}]({}/k/{}.md): {}",
+        row.key,
+        base.trim_end_matches('/'),
+        row.key,
+        row.what()
+    )
+}

@@ -1,0 +1,707 @@
+//! The static site: contracts in three formats, index and category pages, search in the
+//! browser, tombstones, and the machine projections (registry, counts, MCP tools, llms.txt,
+//! sitemap). Everything is rendered from the build's rows with embedded tera templates, so
+//! the binary needs no files beside it, and the site needs no server.
+
+use crate::build::contract::{Contract, Tombstone};
+use crate::build::projection;
+use crate::build::snapshot::{BuildInfo, Counts};
+use crate::row::Row;
+use crate::row::urls::Urls;
+use anyhow::{Context as _, Result};
+use pulldown_cmark::{Event, Options, Parser, html};
+use serde::Serialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::OnceLock;
+use tera::Tera;
+
+/// The templates, compiled into the binary.
+const TEMPLATES: &[(&str, &str)] = &[
+    ("contract.md", include_str!("../../templates/contract.md")),
+    ("tombstone.md", include_str!("../../templates/tombstone.md")),
+    ("layout.html", include_str!("../../templates/layout.html")),
+    ("history.html", include_str!("../../templates/history.html")),
+    ("row.html", include_str!("../../templates/row.html")),
+    (
+        "tombstone.html",
+        include_str!("../../templates/tombstone.html"),
+    ),
+    ("index.html", include_str!("../../templates/index.html")),
+    (
+        "category.html",
+        include_str!("../../templates/category.html"),
+    ),
+    ("search.html", include_str!("../../templates/search.html")),
+    ("receipt.html", include_str!("../../templates/receipt.html")),
+];
+
+pub fn tera() -> Result<Tera> {
+    let mut t = Tera::default();
+    t.add_raw_templates(TEMPLATES.to_vec())
+        .context("compiling templates")?;
+    t.autoescape_on(vec![".html"]);
+    t.set_escape_fn(escape_html);
+    t.register_filter("short", short);
+    Ok(t)
+}
+
+/// `short`: the first ten characters, the day of an RFC 3339 time or an abbreviated commit.
+/// Tera's `truncate` segments graphemes, costly on every page of a large catalogue.
+fn short(
+    value: &tera::Value,
+    _: &std::collections::HashMap<String, tera::Value>,
+) -> tera::Result<tera::Value> {
+    let s = value.as_str().unwrap_or_default();
+    let end = s.char_indices().nth(10).map_or(s.len(), |(i, _)| i);
+    Ok(tera::Value::String(s[..end].to_string()))
+}
+
+/// HTML escaping for text and attribute values. Tera's default also escapes `/`, which
+/// only makes every URL six bytes per slash heavier.
+pub fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 16);
+    let mut plain = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let entity = match b {
+            b'&' => "&amp;",
+            b'<' => "&lt;",
+            b'>' => "&gt;",
+            b'"' => "&quot;",
+            b'\'' => "&#39;",
+            _ => continue,
+        };
+        out.push_str(&s[plain..i]);
+        out.push_str(entity);
+        plain = i + 1;
+    }
+    out.push_str(&s[plain..]);
+    out
+}
+
+/// The templates compiled once per process, for pages the dispatcher renders per request.
+fn shared_tera() -> Result<&'static Tera> {
+    static TERA: OnceLock<Result<Tera, String>> = OnceLock::new();
+    TERA.get_or_init(|| tera().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+const STYLE: &str = include_str!("../../templates/static/style.css");
+const SEARCH_JS: &str = include_str!("../../templates/static/search.js");
+const ROW_JS: &str = include_str!("../../templates/static/row.js");
+
+/// Markdown to HTML. Raw HTML in the source is shown as text, never passed through: row
+/// text comes from contributors and must not inject markup into the site.
+pub fn markdown_to_html(md: &str) -> String {
+    let parser = Parser::new_ext(md, Options::ENABLE_TABLES).map(|e| match e {
+        Event::Html(s) | Event::InlineHtml(s) => Event::Text(s),
+        other => other,
+    });
+    let mut out = String::with_capacity(md.len() * 2);
+    html::push_html(&mut out, parser);
+    out
+}
+
+/// One line of markdown (backticks, emphasis) as inline HTML, without the paragraph.
+fn inline_markdown(md: &str) -> String {
+    let html = markdown_to_html(md);
+    let trimmed = html.trim_end();
+    trimmed
+        .strip_prefix("<p>")
+        .and_then(|s| s.strip_suffix("</p>"))
+        .unwrap_or(trimmed)
+        .to_string()
+}
+
+/// What every page's layout needs.
+#[derive(Serialize)]
+pub struct Common<'a> {
+    pub site: SiteMeta,
+    pub counts: &'a Counts,
+    pub build: &'a BuildInfo,
+    /// The repository's web address, for commit links.
+    pub repo_url: Option<String>,
+}
+
+#[derive(Serialize, Clone)]
+pub struct SiteMeta {
+    pub title: String,
+    pub summary: String,
+}
+
+impl SiteMeta {
+    pub fn default_for(counts: &Counts) -> SiteMeta {
+        SiteMeta {
+            title: "capdir catalogue".into(),
+            summary: format!(
+                "{} capabilities an agent can ask for in plain words, read as a small contract, and invoke by key with a receipt. Kept as data in Git.",
+                counts.enabled.value
+            ),
+        }
+    }
+}
+
+fn context(common: &Common, root: &str) -> Result<tera::Context> {
+    let mut ctx = tera::Context::from_serialize(common)?;
+    ctx.insert("root", root);
+    Ok(ctx)
+}
+
+fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A string as one POSIX shell word in single quotes.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The example call a reader copies: curl against the dispatcher, the key from the
+/// environment (never written into the page).
+pub fn example_call(c: &Contract) -> String {
+    format!(
+        "curl -sS {} \\\n  -H \"Authorization: Bearer $CAPDIR_OWNER_KEY\" \\\n  -H 'content-type: application/json' \\\n  -d {}",
+        shell_quote(&c.invoke_url),
+        shell_quote(&c.example_request)
+    )
+}
+
+/// Renders contracts one after another, reusing one context: the parts every page shares
+/// are serialised into it once, and each row's values replace the last row's.
+struct Renderer<'t> {
+    tera: &'t Tera,
+    page: tera::Context,
+    /// Troubleshooting and credential lines as HTML: the same few lines recur on every row
+    /// of a type, so each is converted once.
+    inline: HashMap<String, String>,
+}
+
+/// The context every contract's pages share. Of the build it holds only capdir's version,
+/// not the commit: a row's pages change only when the row, its history or the catalogue's
+/// counts do, and a template asking for the commit fails the build rather than being
+/// linked from a previous site where the commit was another.
+fn contract_context(common: &Common) -> Result<tera::Context> {
+    let mut ctx = context(common, "../")?;
+    ctx.insert(
+        "build",
+        &json!({"capdir_version": common.build.capdir_version}),
+    );
+    Ok(ctx)
+}
+
+/// Where a site keeps, per row, a digest of all its contract files were made from.
+pub const PAGE_INPUTS: &str = ".page-inputs";
+const PAGE_INPUTS_HEAD: &str =
+    "# capdir page inputs 1: KEY, SHA-256 of the contract JSON and what the pages share\n";
+
+/// The digests a previous site's contract files were made from, by key; none when it has
+/// no list, or one of another format.
+fn read_page_inputs(site: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(site.join(PAGE_INPUTS)).unwrap_or_default();
+    let Some(body) = text.strip_prefix(PAGE_INPUTS_HEAD) else {
+        return HashMap::new();
+    };
+    body.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, d)| (k.to_string(), d.to_string()))
+        .collect()
+}
+
+/// Hard-link `KEY.md`, `.json` and `.html` from `old` into `dir`: all three, or none.
+fn link_contract(old: &Path, dir: &Path, key: &str) -> bool {
+    let names = ["md", "json", "html"].map(|ext| format!("{key}.{ext}"));
+    for (i, name) in names.iter().enumerate() {
+        if std::fs::hard_link(old.join(name), dir.join(name)).is_err() {
+            // The new site must not keep a link it would later write through.
+            for made in &names[..i] {
+                let _ = std::fs::remove_file(dir.join(made));
+            }
+            return false;
+        }
+    }
+    true
+}
+
+impl<'t> Renderer<'t> {
+    fn new(tera: &'t Tera, page: tera::Context) -> Renderer<'t> {
+        Renderer {
+            tera,
+            page,
+            inline: HashMap::new(),
+        }
+    }
+
+    fn inline(&mut self, md: &str) -> String {
+        if let Some(html) = self.inline.get(md) {
+            return html.clone();
+        }
+        let html = inline_markdown(md);
+        self.inline.insert(md.to_string(), html.clone());
+        html
+    }
+
+    /// The markdown and HTML pages of contract `c`.
+    fn contract(&mut self, c: &Contract) -> Result<(String, String)> {
+        let troubleshooting: Vec<String> =
+            c.troubleshooting.iter().map(|t| self.inline(t)).collect();
+        let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| self.inline(m)).collect();
+        let ctx = &mut self.page;
+        ctx.insert("c", c);
+        ctx.insert("history", &c.history);
+        ctx.insert("call", &example_call(c));
+        let schema = match &c.input_schema {
+            Some(s) => serde_json::to_string_pretty(s)?,
+            None => String::new(),
+        };
+        ctx.insert("schema", &schema);
+        ctx.insert("troubleshooting", &troubleshooting);
+        ctx.insert("may_invoke", &may_invoke.join("; "));
+        // The markdown template reads only `c`: it renders from the page's context.
+        let md = self.tera.render("contract.md", ctx)?;
+        let page = self.tera.render("row.html", ctx)?;
+        Ok((md, page))
+    }
+}
+
+/// What [`write_contracts`] did: files hard-linked from the previous site rather than
+/// written, and rows whose inputs had not changed, linked without rendering.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub linked: usize,
+    pub unchanged_rows: usize,
+}
+
+/// Write `k/KEY.{md,json,html}` for every contract, on all cores.
+///
+/// Files that would be identical to those at the same place in `previous` (the site this
+/// build replaces) are hard-linked to them instead of written: a rebuild after one row
+/// changes creates no new inode for the other rows and writes none of their bytes, and
+/// removing the old site then frees nothing those rows still use. A row whose inputs (its
+/// contract JSON, the context its pages share, the templates, capdir's version) have the
+/// digest the previous site lists in [`PAGE_INPUTS`] is not even rendered; any other file
+/// is linked only after comparing it with the old one.
+pub fn write_contracts(
+    out: &Path,
+    previous: Option<&Path>,
+    tera: &Tera,
+    common: &Common,
+    contracts: &[Contract],
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Written> {
+    let dir = out.join("k");
+    std::fs::create_dir_all(&dir)?;
+    let old_dir = previous.map(|p| p.join("k")).filter(|d| d.is_dir());
+    let page = contract_context(common)?;
+    let writer = ContractWriter {
+        old_inputs: old_dir
+            .as_ref()
+            .and(previous)
+            .map(read_page_inputs)
+            .unwrap_or_default(),
+        shared: inputs_digest(&page)?,
+        dir,
+        old_dir,
+        progress,
+    };
+    let workers = crate::cores().min(8);
+    // Workers take the next batch as they finish one: a worker that shares its core with
+    // another thread of the build does less, not the same share as the others.
+    let batches: Vec<&[Contract]> = contracts.chunks(32).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let take = || batches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers.min(batches.len()).max(1))
+            .map(|_| {
+                let (writer, take, page) = (&writer, &take, page.clone());
+                s.spawn(move || -> Result<(Written, Vec<(String, String)>)> {
+                    let mut renderer = Renderer::new(tera, page);
+                    let (mut done, mut inputs) = (Written::default(), Vec::new());
+                    while let Some(batch) = take() {
+                        for c in *batch {
+                            let digest = writer.write(&mut renderer, c, &mut done)?;
+                            inputs.push((c.key.clone(), digest));
+                        }
+                    }
+                    Ok((done, inputs))
+                })
+            })
+            .collect();
+        let (mut all, mut inputs) = (Written::default(), Vec::with_capacity(contracts.len()));
+        for h in handles {
+            let (done, made) = h
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("a page worker panicked")))?;
+            all.linked += done.linked;
+            all.unchanged_rows += done.unchanged_rows;
+            inputs.extend(made);
+        }
+        inputs.sort_unstable();
+        let mut list = String::from(PAGE_INPUTS_HEAD);
+        for (key, digest) in inputs {
+            list.push_str(&format!("{key} {digest}\n"));
+        }
+        write(&out.join(PAGE_INPUTS), list)?;
+        Ok(all)
+    })
+}
+
+/// The digest of what every contract's pages are made from besides the contract: capdir's
+/// version, the templates, and the shared context `page`.
+fn inputs_digest(page: &tera::Context) -> Result<Sha256> {
+    let mut shared = Sha256::new();
+    shared.update(env!("CARGO_PKG_VERSION"));
+    for (name, text) in TEMPLATES {
+        shared.update(format!("\0{name}\0{}\0", text.len()));
+        shared.update(text);
+    }
+    shared.update(serde_json::to_vec(&page.clone().into_json())?);
+    Ok(shared)
+}
+
+/// What the page workers share: where the files go, the previous site's files and the
+/// digests they were made from, and the digest of the inputs all rows share.
+struct ContractWriter<'p> {
+    dir: std::path::PathBuf,
+    old_dir: Option<std::path::PathBuf>,
+    old_inputs: HashMap<String, String>,
+    shared: Sha256,
+    progress: &'p (dyn Fn(u64) + Sync),
+}
+
+impl ContractWriter<'_> {
+    /// Write contract `c`'s three files, or link them from the previous site; returns the
+    /// digest of its inputs.
+    fn write(&self, renderer: &mut Renderer, c: &Contract, done: &mut Written) -> Result<String> {
+        let json = serde_json::to_string_pretty(c)? + "\n";
+        let digest = hex::encode(self.shared.clone().chain_update(json.as_bytes()).finalize());
+        let same = self.old_inputs.get(&c.key) == Some(&digest);
+        if let Some(old) = self.old_dir.as_ref().filter(|_| same)
+            && link_contract(old, &self.dir, &c.key)
+        {
+            done.linked += 3;
+            done.unchanged_rows += 1;
+        } else {
+            let (md, page) = renderer
+                .contract(c)
+                .with_context(|| format!("rendering the contract of {}", c.key))?;
+            for (ext, bytes) in [("md", md), ("json", json), ("html", page)] {
+                let name = format!("{}.{ext}", c.key);
+                let old = self.old_dir.as_ref().map(|d| d.join(&name));
+                if write_or_link(&self.dir.join(&name), bytes.as_bytes(), old.as_deref())? {
+                    done.linked += 1;
+                }
+            }
+        }
+        (self.progress)(1);
+        Ok(digest)
+    }
+}
+
+/// Write `bytes` to `path`, or hard-link `path` to `old` when `old` holds exactly `bytes`.
+/// True when it linked.
+fn write_or_link(path: &Path, bytes: &[u8], old: Option<&Path>) -> Result<bool> {
+    if let Some(old) = old
+        && std::fs::metadata(old).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64)
+        && std::fs::read(old).is_ok_and(|held| held == bytes)
+        && std::fs::hard_link(old, path).is_ok()
+    {
+        return Ok(true);
+    }
+    write(path, bytes)?;
+    Ok(false)
+}
+
+/// Write a tombstone's three files.
+pub fn write_tombstone(out: &Path, tera: &Tera, common: &Common, t: &Tombstone) -> Result<()> {
+    let mut md_ctx = tera::Context::new();
+    md_ctx.insert("t", t);
+    let md = tera.render("tombstone.md", &md_ctx)?;
+    let mut ctx = context(common, "../")?;
+    ctx.insert("t", t);
+    ctx.insert("history", &t.history);
+    let removed_url = t
+        .history
+        .iter()
+        .find(|h| h.sha == t.removed_by)
+        .and_then(|h| h.url.clone());
+    ctx.insert("removed_url", &removed_url);
+    let dir = out.join("k");
+    std::fs::create_dir_all(&dir)?;
+    let mut json = serde_json::to_value(t)?;
+    json["removed"] = json!(true);
+    write(&dir.join(format!("{}.md", t.key)), md)?;
+    write(
+        &dir.join(format!("{}.json", t.key)),
+        serde_json::to_string_pretty(&json)? + "\n",
+    )?;
+    write(
+        &dir.join(format!("{}.html", t.key)),
+        tera.render("tombstone.html", &ctx)?,
+    )
+}
+
+#[derive(Serialize)]
+struct RowSummary<'a> {
+    key: &'a str,
+    what: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    risk: &'a str,
+    created_at: &'a str,
+    updated_at: &'a str,
+    /// The subject of the last commit that changed the row.
+    subject: &'a str,
+}
+
+#[derive(Serialize)]
+struct Category<'a> {
+    name: String,
+    rows: Vec<RowSummary<'a>>,
+}
+
+fn summary(c: &Contract) -> RowSummary<'_> {
+    RowSummary {
+        key: &c.key,
+        what: &c.what,
+        kind: c.kind,
+        risk: c.risk,
+        created_at: c.created_at.as_deref().unwrap_or(""),
+        updated_at: c.updated_at.as_deref().unwrap_or(""),
+        subject: c.history.first().map_or("", |h| h.subject.as_str()),
+    }
+}
+
+/// How many rows the index's "recently" lists show.
+const RECENT: usize = 8;
+
+/// Index, category pages, the no-JavaScript search page, assets and the browser's index.
+pub fn write_pages(
+    out: &Path,
+    tera: &Tera,
+    common: &Common,
+    rows: &[Row],
+    contracts: &[Contract],
+    tombstones: &[Tombstone],
+) -> Result<()> {
+    let mut by_cat: BTreeMap<String, Vec<RowSummary>> = BTreeMap::new();
+    for c in contracts {
+        let name = crate::row::category_name(&c.category).to_string();
+        by_cat.entry(name).or_default().push(summary(c));
+    }
+    for rows in by_cat.values_mut() {
+        rows.sort_by(|a, b| a.key.cmp(b.key));
+    }
+    // Newest first; the key breaks ties so the same commit builds the same page.
+    let mut added: Vec<RowSummary> = contracts
+        .iter()
+        .filter(|c| c.created_at.is_some())
+        .map(summary)
+        .collect();
+    added.sort_by(|a, b| b.created_at.cmp(a.created_at).then(a.key.cmp(b.key)));
+    added.truncate(RECENT);
+    let mut changed: Vec<RowSummary> = contracts
+        .iter()
+        .filter(|c| c.history.len() > 1)
+        .map(summary)
+        .collect();
+    changed.sort_by(|a, b| b.updated_at.cmp(a.updated_at).then(a.key.cmp(b.key)));
+    changed.truncate(RECENT);
+    let mut removed: Vec<&Tombstone> = tombstones.iter().collect();
+    removed.sort_by(|a, b| b.removed_at.cmp(&a.removed_at).then(a.key.cmp(&b.key)));
+    removed.truncate(RECENT);
+    let categories: Vec<Category> = by_cat
+        .into_iter()
+        .map(|(name, rows)| Category { name, rows })
+        .collect();
+    let names: Vec<&str> = categories.iter().map(|c| c.name.as_str()).collect();
+
+    let mut ctx = context(common, "")?;
+    ctx.insert("categories", &categories);
+    ctx.insert("added", &added);
+    ctx.insert("changed", &changed);
+    ctx.insert("removed", &removed);
+    write(&out.join("index.html"), tera.render("index.html", &ctx)?)?;
+
+    let mut ctx = context(common, "")?;
+    ctx.insert("categories", &categories);
+    write(&out.join("search.html"), tera.render("search.html", &ctx)?)?;
+
+    std::fs::create_dir_all(out.join("c"))?;
+    for cat in &categories {
+        let mut ctx = context(common, "../")?;
+        ctx.insert("category", cat);
+        ctx.insert("all_categories", &names);
+        write(
+            &out.join("c").join(format!("{}.html", cat.name)),
+            tera.render("category.html", &ctx)?,
+        )?;
+    }
+    std::fs::create_dir_all(out.join("static"))?;
+    write(&out.join("static/style.css"), STYLE)?;
+    write(&out.join("static/search.js"), SEARCH_JS)?;
+    write(&out.join("static/row.js"), ROW_JS)?;
+
+    // The browser's index: key, category, what, and the words of when-to-use and asks.
+    let index: Vec<[String; 4]> = rows
+        .iter()
+        .map(|r| {
+            let mut extra = r.doc().when_to_use.clone().unwrap_or_default();
+            for a in &r.asks {
+                extra.push(' ');
+                extra.push_str(a);
+            }
+            [
+                r.key.clone(),
+                r.category.clone(),
+                r.what().to_string(),
+                extra,
+            ]
+        })
+        .collect();
+    write(
+        &out.join("search.json"),
+        serde_json::to_string(&json!({"v": 1, "rows": index}))?,
+    )?;
+    Ok(())
+}
+
+/// What the dispatcher's receipt page shows.
+pub struct ReceiptPage<'a> {
+    pub id: &'a str,
+    /// The receipt's fields: all of them for `full`, else the keyless confirmation's.
+    pub receipt: Option<serde_json::Value>,
+    pub full: bool,
+    /// Why the full receipt is not shown, when a credential was refused or nothing was found.
+    pub error: Option<PageError<'a>>,
+}
+
+/// An error on a page, with the same code, message and fix as the JSON answer.
+#[derive(Serialize)]
+pub struct PageError<'a> {
+    pub code: &'a str,
+    pub message: &'a str,
+    pub how_to_fix: &'a str,
+}
+
+/// The receipt page the dispatcher serves at `/receipt/inv_…`, in the site's layout.
+pub fn receipt_page(info: &BuildInfo, page: &ReceiptPage) -> Result<String> {
+    let common = Common {
+        site: SiteMeta::default_for(&info.counts),
+        counts: &info.counts,
+        build: info,
+        repo_url: None,
+    };
+    let mut ctx = context(&common, "/")?;
+    ctx.insert("id", page.id);
+    ctx.insert("r", &page.receipt);
+    ctx.insert("full", &page.full);
+    ctx.insert("error", &page.error);
+    Ok(shared_tera()?.render("receipt.html", &ctx)?)
+}
+
+/// registry.json, counts.json, mcp/tools.json, llms.txt and sitemap.xml.
+pub fn write_projections(
+    out: &Path,
+    rows: &[Row],
+    common: &Common,
+    urls: &Urls,
+    categories: &[String],
+) -> Result<()> {
+    let registry: Vec<_> = rows
+        .iter()
+        .filter(|r| !r.is_test_shaped())
+        .map(projection::registry_entry)
+        .collect();
+    // The lists are moved into their documents (`json!` would copy them).
+    let mut doc = json!({"commit": common.build.commit});
+    doc["rows"] = serde_json::Value::Array(registry);
+    write(
+        &out.join("registry.json"),
+        serde_json::to_string(&doc)? + "\n",
+    )?;
+    write(
+        &out.join("counts.json"),
+        serde_json::to_string_pretty(common.counts)? + "\n",
+    )?;
+    std::fs::create_dir_all(out.join("mcp"))?;
+    let tools: Vec<_> = rows
+        .iter()
+        .filter(|r| r.planner_visible)
+        .map(projection::mcp_tool)
+        .collect();
+    let mut doc = json!({});
+    doc["tools"] = serde_json::Value::Array(tools);
+    write(
+        &out.join("mcp/tools.json"),
+        serde_json::to_string_pretty(&doc)? + "\n",
+    )?;
+
+    let mut llms = format!("# {}\n\n> {}\n\n", common.site.title, common.site.summary);
+    llms.push_str(&format!(
+        "Ask in plain words at {base}/api/dispatch?ask=…, read one contract, invoke by key with POST {base}/api/dispatch. Read the contract; don't infer a row from memory.\n",
+        base = urls.base
+    ));
+    let mut by_cat: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        by_cat
+            .entry(crate::row::category_name(&r.category))
+            .or_default()
+            .push(r);
+    }
+    for (cat, rs) in by_cat {
+        llms.push_str(&format!("\n## {cat}\n\n"));
+        for r in rs {
+            llms.push_str(&projection::llms_line(r, &urls.base));
+            llms.push('\n');
+        }
+    }
+    write(&out.join("llms.txt"), llms)?;
+
+    let mut sitemap = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n",
+    );
+    let mut url = |path: &str| {
+        sitemap.push_str(&format!(
+            "  <url><loc>{}/{}</loc></url>\n",
+            urls.base,
+            xml_escape(path)
+        ))
+    };
+    url("index.html");
+    for c in categories {
+        url(&format!("c/{c}.html"));
+    }
+    for r in rows {
+        url(&format!("k/{}.html", r.key));
+    }
+    sitemap.push_str("</urlset>\n");
+    write(&out.join("sitemap.xml"), sitemap)
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape_html, shell_quote};
+
+    #[test]
+    fn escaping_covers_markup_and_quotes_and_keeps_slashes() {
+        assert_eq!(
+            escape_html(r#"<a href="x">'&'</a> é/"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt; é/"
+        );
+        assert_eq!(escape_html("plain"), "plain");
+    }
+
+    #[test]
+    fn shell_quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}

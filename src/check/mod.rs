@@ -1,0 +1,582 @@
+//! The gate: every rule a catalogue must pass before it merges or builds.
+//!
+//! Rules run per row (fields, templates, credentials, secrets, schemas) and across rows
+//! (duplicate keys, includes, flow steps and cycles). All problems are collected. With a base
+//! revision, the asymmetric rule lets legacy rows be edited without being fixed in full, while
+//! a row that was clean must stay clean and a new row must be clean.
+
+pub mod scaffold;
+pub mod secrets;
+
+use crate::row::args::{self, ArgSchema};
+use crate::row::builtins;
+use crate::row::catalogue::SourceFile;
+use crate::row::credential::Credential;
+use crate::row::diag::{Diagnostic, did_you_mean};
+use crate::row::flow;
+use crate::row::target::HttpTarget;
+use crate::row::{self, Row, RowType, is_valid_key, line_col};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// A checked catalogue: the rows that could be read, and every diagnostic.
+#[derive(Debug, Default)]
+pub struct Checked {
+    pub rows: Vec<Row>,
+    pub diags: Vec<Diagnostic>,
+    pub files: usize,
+}
+
+impl Checked {
+    pub fn has_errors(&self) -> bool {
+        self.diags.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// Parse and check every file, on all cores; rows come back sorted by key.
+pub fn check_files(files: &[SourceFile]) -> Checked {
+    let workers = crate::cores().min(8);
+    // Small catalogues are not worth a thread.
+    let chunk = files.len().div_ceil(workers).max(256);
+    let parts: Vec<(Vec<Row>, Vec<Diagnostic>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| s.spawn(move || check_each(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("checking a row does not panic"))
+            .collect()
+    });
+    let mut out = Checked {
+        files: files.len(),
+        ..Default::default()
+    };
+    for (rows, diags) in parts {
+        out.rows.extend(rows);
+        out.diags.extend(diags);
+    }
+    out.rows
+        .sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.path.cmp(&b.path)));
+    out.diags.extend(check_across(&out.rows));
+    crate::row::diag::sort(&mut out.diags);
+    out
+}
+
+/// The rules of one file at a time: its rows and their diagnostics.
+fn check_each(files: &[SourceFile]) -> (Vec<Row>, Vec<Diagnostic>) {
+    let (mut rows, mut diags) = (Vec::new(), Vec::new());
+    for file in files {
+        let parsed = row::parse_row(&file.path, &file.bytes);
+        diags.extend(parsed.diags);
+        if let Ok(text) = std::str::from_utf8(&file.bytes)
+            && file.bytes.len() <= row::MAX_ROW_BYTES
+        {
+            diags.extend(check_secrets(&file.path, text));
+            diags.extend(check_placeholders(&file.path, text));
+        }
+        if let Some(row) = parsed.row {
+            diags.extend(check_row(&row));
+            rows.push(row);
+        }
+    }
+    (rows, diags)
+}
+
+fn check_secrets(path: &Path, text: &str) -> Vec<Diagnostic> {
+    secrets::scan(text)
+        .into_iter()
+        .map(|f| {
+            Diagnostic::error(
+                path,
+                line_col(text.as_bytes(), f.start),
+                "secret_value",
+                format!("this looks like a credential ({}); rows must not hold secrets", f.kind),
+                "remove the value and name the environment variable that holds it (`auth: bearer:MY_TOKEN`); rotate the secret if it was ever committed",
+            )
+        })
+        .collect()
+}
+
+fn check_placeholders(path: &Path, text: &str) -> Vec<Diagnostic> {
+    let marker = crate::check::scaffold::PLACEHOLDER;
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            line.find(marker).map(|c| {
+                Diagnostic::error(
+                    path,
+                    (i + 1, c + 1),
+                    "scaffold_placeholder",
+                    format!("`{marker}` marks a prompt of the scaffold that is not filled in"),
+                    "replace it with the real text, then run `capdir check` again",
+                )
+            })
+        })
+        .collect()
+}
+
+fn is_category(c: &str) -> bool {
+    !c.is_empty()
+        && c.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Rules that need only the row itself.
+pub fn check_row(row: &Row) -> Vec<Diagnostic> {
+    let p = &row.path;
+    let s = &row.spans;
+    let mut d = Vec::new();
+    let stem = p.file_stem().and_then(|x| x.to_str()).unwrap_or("");
+    if !is_valid_key(&row.key) {
+        d.push(Diagnostic::error(
+            p,
+            s.value("key"),
+            "bad_key",
+            format!("`{}` is not a valid key", row.key),
+            "keys are 2–64 characters of A–Z, 0–9 and _, starting with a letter: `GITHUB_LIST_ISSUES`",
+        ));
+    } else if row.key != stem {
+        d.push(Diagnostic::error(
+            p,
+            s.value("key"),
+            "key_mismatch",
+            format!("key `{}` does not match the file name `{stem}`", row.key),
+            format!(
+                "rename the file to `{}.yaml`, or set `key: {stem}`",
+                row.key
+            ),
+        ));
+    }
+    if row.kind != RowType::Flow && row.target.trim().is_empty() {
+        let what = match row.kind {
+            RowType::Fn => "the builtin's name, e.g. `target: sha256`",
+            RowType::Http => "`METHOD url`, e.g. `target: GET https://api.example.com/items/$1`",
+            _ => "the model id, e.g. `target: gw:openai/gpt-4o-mini`",
+        };
+        d.push(Diagnostic::error(
+            p,
+            s.key("type"),
+            "missing_target",
+            format!("a `{}` row needs a target", row.kind.as_str()),
+            format!("add {what}"),
+        ));
+    }
+    match row.kind {
+        RowType::Fn if !row.target.trim().is_empty() => check_fn(row, &mut d),
+        RowType::Http if !row.target.trim().is_empty() => {
+            if let Err(e) = HttpTarget::parse(&row.target) {
+                d.push(Diagnostic::error(
+                    p,
+                    s.value("target"),
+                    "bad_http_target",
+                    e.message,
+                    e.help,
+                ));
+            }
+        }
+        RowType::Flow => {
+            if let Err(e) = flow::parse(row.payload()) {
+                d.push(flow_error(row, &e));
+            }
+        }
+        _ => {}
+    }
+    if row
+        .doc()
+        .what
+        .as_deref()
+        .is_none_or(|w| w.trim().is_empty())
+    {
+        d.push(Diagnostic::error(
+            p,
+            s.content_at(0),
+            "missing_description",
+            "the docstring has no `# WHAT:` line",
+            "start `content` with `# WHAT: <one line saying what this does>`",
+        ));
+    }
+    if let Err(e) = Credential::parse(&row.auth) {
+        d.push(Diagnostic::error(
+            p,
+            s.value("auth"),
+            e.code,
+            e.message,
+            e.help,
+        ));
+    }
+    if !row.category.is_empty() && !is_category(&row.category) {
+        d.push(Diagnostic::error(
+            p,
+            s.value("category"),
+            "bad_category",
+            format!(
+                "category `{}` is not lowercase letters, digits and dashes",
+                row.category
+            ),
+            format!("write it as `{}`", slug(&row.category)),
+        ));
+    }
+    for (i, c) in row.allowed_categories.iter().enumerate() {
+        if c != "*" && !is_category(c) {
+            d.push(Diagnostic::error(
+                p,
+                s.item("allowed_categories", i),
+                "bad_category",
+                format!("allowed category `{c}` is not lowercase letters, digits and dashes"),
+                "list category names like `text`, or `*` for all",
+            ));
+        }
+    }
+    check_schema_and_examples(row, &mut d);
+    d
+}
+
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.trim().chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
+fn check_fn(row: &Row, d: &mut Vec<Diagnostic>) {
+    let (p, s) = (&row.path, &row.spans);
+    if builtins::find(row.target.trim()).is_none() {
+        let help = match did_you_mean(row.target.trim(), builtins::names()) {
+            Some(n) => format!("did you mean `{n}`?"),
+            None => format!(
+                "use one of: {}",
+                builtins::names().collect::<Vec<_>>().join(", ")
+            ),
+        };
+        d.push(Diagnostic::error(
+            p,
+            s.value("target"),
+            "unknown_builtin",
+            format!("`{}` is not a builtin function", row.target.trim()),
+            help,
+        ));
+    }
+    let payload = row.payload().trim();
+    if payload.is_empty() {
+        return;
+    }
+    let at = s.content_at(row.parsed.payload_line);
+    // Slots outside strings (`[$1]`) are legal in the template; check the shape with them filled.
+    let probe = vec!["0".to_string(); crate::row::template::highest_slot(payload)];
+    let filled = crate::row::template::render(
+        payload,
+        crate::row::template::Context::Json,
+        crate::row::template::Vars {
+            args: &probe,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_default();
+    match serde_json::from_str::<serde_json::Value>(&filled) {
+        Ok(serde_json::Value::Array(_)) => {}
+        Ok(_) => d.push(Diagnostic::error(
+            p,
+            at,
+            "bad_fn_template",
+            "an fn row's payload must be a JSON array of the builtin's arguments",
+            r#"write the payload as an array, e.g. `["$1", "$2"]`"#,
+        )),
+        Err(e) => d.push(Diagnostic::error(
+            p,
+            (
+                at.0 + e.line().saturating_sub(1),
+                if e.line() <= 1 {
+                    at.1 + e.column().saturating_sub(1)
+                } else {
+                    e.column()
+                },
+            ),
+            "bad_fn_template",
+            format!("an fn row's payload is not valid JSON: {e}"),
+            r#"write the payload as a JSON array, e.g. `["$1", "$2"]`"#,
+        )),
+    }
+}
+
+fn check_schema_and_examples(row: &Row, d: &mut Vec<Diagnostic>) {
+    let (p, s) = (&row.path, &row.spans);
+    let Some(schema) = &row.input_schema else {
+        if row.sensitive {
+            d.push(Diagnostic::error(
+                p,
+                s.key("sensitive"),
+                "high_risk_missing_schema",
+                "a sensitive row must declare its arguments in `input_schema`",
+                "add `input_schema:` with `type: object`, the arguments as `properties` in positional order, and `required`",
+            ));
+        }
+        return;
+    };
+    let compiled = match ArgSchema::compile(schema) {
+        Ok(c) => c,
+        Err(e) => {
+            d.push(Diagnostic::error(
+                p,
+                s.value("input_schema"),
+                "bad_input_schema",
+                format!("`input_schema` {e}"),
+                "write a JSON Schema object: `type: object`, `properties: {name: {type: string}}`, `required: [name]`",
+            ));
+            return;
+        }
+    };
+    for (i, ex) in row.examples.iter().enumerate() {
+        let obj = args::positional_to_object(schema, &args::split_body(ex));
+        let problems = compiled.problems(&serde_json::Value::Object(obj));
+        if !problems.is_empty() {
+            d.push(Diagnostic::error(
+                p,
+                s.item("examples", i),
+                "example_fails_schema",
+                format!(
+                    "example {ex:?} does not satisfy input_schema: {}",
+                    problems.join("; ")
+                ),
+                "fix the example, or the schema if the example is right",
+            ));
+        }
+    }
+}
+
+fn flow_error(row: &Row, e: &flow::FlowError) -> Diagnostic {
+    let payload = row.payload();
+    let (line, col) = line_col(payload.as_bytes(), e.offset);
+    let base = row.spans.content_at(row.parsed.payload_line + line - 1);
+    Diagnostic::error(
+        &row.path,
+        (
+            base.0,
+            if row.spans.content_line() == 0 {
+                base.1
+            } else {
+                base.1 + col - 1
+            },
+        ),
+        "bad_flow_step",
+        format!("malformed flow: {}", e.message),
+        "write steps as `KEY: body`, joined by `>`; `=> NAME` binds a step's output; `{ A: x | B: y }` runs branches at once",
+    )
+}
+
+/// Rules across rows: duplicates, includes, flow steps and cycles.
+fn check_across(rows: &[Row]) -> Vec<Diagnostic> {
+    let mut d = Vec::new();
+    let mut by_key: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        by_key.entry(&r.key).or_default().push(r);
+    }
+    for same in by_key.values().filter(|v| v.len() > 1) {
+        for r in &same[1..] {
+            d.push(Diagnostic::error(
+                &r.path,
+                r.spans.value("key"),
+                "duplicate_key",
+                format!(
+                    "key `{}` is already defined in {}",
+                    r.key,
+                    same[0].path.display()
+                ),
+                "keep one file per key: remove or rename one of them",
+            ));
+        }
+    }
+    let keys: Vec<&str> = by_key.keys().copied().collect();
+    let suggest = |k: &str| match did_you_mean(k, keys.iter().copied()) {
+        Some(s) => format!("did you mean `{s}`?"),
+        None => "add that row, or fix the key".to_string(),
+    };
+    let mut edges: HashMap<&str, Vec<String>> = HashMap::new();
+    for r in rows {
+        for (i, inc) in r.includes.iter().enumerate() {
+            if !by_key.contains_key(inc.as_str()) {
+                d.push(Diagnostic::error(
+                    &r.path,
+                    r.spans.item("includes", i),
+                    "unknown_include",
+                    format!("included row `{inc}` does not exist"),
+                    suggest(inc),
+                ));
+            }
+        }
+        if r.kind != RowType::Flow {
+            continue;
+        }
+        let Ok(f) = flow::parse(r.payload()) else {
+            continue;
+        };
+        for k in f.keys() {
+            if !by_key.contains_key(k) {
+                let offset = r.payload().find(&format!("{k}:")).unwrap_or(0);
+                let (line, col) = line_col(r.payload().as_bytes(), offset);
+                let base = r.spans.content_at(r.parsed.payload_line + line - 1);
+                d.push(Diagnostic::error(
+                    &r.path,
+                    (base.0, base.1 + col - 1),
+                    "unknown_flow_step",
+                    format!("flow step calls `{k}`, which is not in the catalogue"),
+                    suggest(k),
+                ));
+            }
+        }
+        edges
+            .entry(&r.key)
+            .or_default()
+            .extend(f.keys().map(str::to_string));
+    }
+    for r in rows.iter().filter(|r| r.kind == RowType::Flow) {
+        if let Some(cycle) = find_cycle(&r.key, &edges) {
+            d.push(Diagnostic::error(
+                &r.path,
+                r.spans.content_at(r.parsed.payload_line),
+                "flow_cycle",
+                format!("flow calls itself: {}", cycle.join(" → ")),
+                "break the cycle: a flow may not reach itself through its steps",
+            ));
+        }
+    }
+    d
+}
+
+/// A path from `start` back to itself, if there is one.
+fn find_cycle<'a>(
+    start: &'a str,
+    edges: &'a HashMap<&'a str, Vec<String>>,
+) -> Option<Vec<&'a str>> {
+    fn walk<'a>(
+        node: &'a str,
+        start: &'a str,
+        edges: &'a HashMap<&'a str, Vec<String>>,
+        path: &mut Vec<&'a str>,
+        seen: &mut std::collections::HashSet<&'a str>,
+    ) -> bool {
+        for next in edges.get(node).map(Vec::as_slice).unwrap_or(&[]) {
+            let next = next.as_str();
+            if next == start {
+                path.push(next);
+                return true;
+            }
+            if seen.insert(next) {
+                path.push(next);
+                if walk(next, start, edges, path, seen) {
+                    return true;
+                }
+                path.pop();
+            }
+        }
+        false
+    }
+    let mut path = vec![start];
+    let mut seen = std::collections::HashSet::new();
+    walk(start, start, edges, &mut path, &mut seen).then_some(path)
+}
+
+/// The asymmetric rule of a pull-request check against `base` (the same catalogue at the
+/// target branch): new rows and rows that were clean must be clean now; a row that was
+/// already failing may be edited as long as it gets no worse, and its old problems become
+/// warnings.
+pub fn against_base(current: &[SourceFile], checked: &mut Checked, base: &[SourceFile]) {
+    let base_checked = check_files(base);
+    let name = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut base_codes: HashMap<String, HashMap<&str, usize>> = HashMap::new();
+    for diag in base_checked.diags.iter().filter(|d| d.is_error()) {
+        *base_codes
+            .entry(name(&diag.path))
+            .or_default()
+            .entry(diag.code)
+            .or_default() += 1;
+    }
+    let base_bytes: HashMap<&str, &[u8]> = base
+        .iter()
+        .map(|f| (f.file_name(), f.bytes.as_slice()))
+        .collect();
+    let current_bytes: HashMap<&str, &[u8]> = current
+        .iter()
+        .map(|f| (f.file_name(), f.bytes.as_slice()))
+        .collect();
+
+    let mut used: HashMap<String, HashMap<&str, usize>> = HashMap::new();
+    for diag in checked.diags.iter_mut().filter(|d| d.is_error()) {
+        let file = name(&diag.path);
+        let Some(old) = base_codes.get(&file) else {
+            continue; // new row, or a row that was clean: its errors stand
+        };
+        let unchanged = base_bytes.get(file.as_str()) == current_bytes.get(file.as_str());
+        let n = used
+            .entry(file.clone())
+            .or_default()
+            .entry(diag.code)
+            .or_default();
+        *n += 1;
+        if unchanged || *n <= old.get(diag.code).copied().unwrap_or(0) {
+            diag.severity = crate::row::diag::Severity::Warning;
+            diag.message = format!(
+                "legacy problem, already present at the base revision: {}",
+                diag.message
+            );
+        }
+    }
+}
+
+/// The asks gate: every ask of an enabled row must rank that row in the top [`ASK_TOP`] of
+/// the catalogue's own search, so a row nobody can find does not merge.
+pub const ASK_TOP: usize = 3;
+
+pub fn asks_gate(rows: &[Row]) -> Vec<Diagnostic> {
+    let searcher = match crate::search::Searcher::in_memory(rows) {
+        Ok(s) => s,
+        Err(e) => {
+            return vec![Diagnostic::error(
+                Path::new("."),
+                (1, 1),
+                "search_index",
+                format!("cannot build the search index for the asks gate: {e:#}"),
+                "report this as a bug",
+            )];
+        }
+    };
+    let mut d = Vec::new();
+    for row in rows.iter().filter(|r| r.enabled) {
+        for (i, ask) in row.asks.iter().enumerate() {
+            let hits = match searcher.ask(ask, 12) {
+                Ok(h) => h,
+                Err(_) => continue,
+            };
+            let rank = hits.iter().position(|h| h.key == row.key).map(|p| p + 1);
+            if rank.is_some_and(|r| r <= ASK_TOP) {
+                continue;
+            }
+            let top: Vec<&str> = hits.iter().take(ASK_TOP).map(|h| h.key.as_str()).collect();
+            let place = match rank {
+                Some(r) => format!("ranks this row #{r}"),
+                None => "does not find this row in the top 12".to_string(),
+            };
+            d.push(Diagnostic::error(
+                &row.path,
+                row.spans.item("asks", i),
+                "ask_not_found",
+                format!(
+                    "ask {ask:?} {place}; the top {ASK_TOP} are {}",
+                    top.join(", ")
+                ),
+                "use the words people would use in WHAT or WHEN_TO_USE, or rephrase the ask",
+            ));
+        }
+    }
+    d
+}

@@ -1,0 +1,50 @@
+//! `capdir build`: the catalogue compiled into a site, each step's time reported.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub(super) struct Args {
+    /// The catalogue directory.
+    #[arg(default_value = "catalogue")]
+    dir: PathBuf,
+    /// Where the site goes; replaced atomically.
+    #[arg(long, default_value = "site")]
+    out: PathBuf,
+    /// The dispatcher's public URL, used in contracts and llms.txt.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    base_url: String,
+    /// The repository's web address, for links to commits in row histories
+    /// (`https://github.com/OWNER/NAME`). Default: the catalogue repository's `origin`
+    /// remote when it is a hosted one; `--repo-url ''` turns the links off.
+    #[arg(long, value_name = "URL")]
+    repo_url: Option<String>,
+}
+
+pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let opts = crate::build::Options {
+        base_url: a.base_url,
+        repo_url: a.repo_url,
+        progress: true,
+        ..crate::build::Options::new(&a.dir, &a.out)
+    };
+    let started = std::time::Instant::now();
+    match crate::build::run(&opts) {
+        Ok(report) => {
+            eprint!("{}", report.render());
+            eprintln!(
+                "built {} rows into {} in {:.2} s",
+                report.rows,
+                a.out.display(),
+                started.elapsed().as_secs_f64()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(crate::build::BuildError::Check(diags)) => {
+            print!("{diags}");
+            eprintln!("error: the catalogue has errors; nothing was built");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(crate::build::BuildError::Other(e)) => Err(e),
+    }
+}

@@ -1,0 +1,42 @@
+//! `capdir check`: the gate, as pull requests and CI run it.
+
+use crate::row::diag::{self, Format};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub(super) struct Args {
+    /// The catalogue directory.
+    #[arg(default_value = "catalogue")]
+    dir: PathBuf,
+    /// Output format; `github` is chosen by itself when GITHUB_ACTIONS=true.
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// Compare with the catalogue at this Git revision (the pull request's target branch):
+    /// new and clean rows must stay clean, legacy rows must not get worse.
+    #[arg(long, value_name = "REV")]
+    base: Option<String>,
+}
+
+pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let format = a.format.unwrap_or(
+        if std::env::var("GITHUB_ACTIONS").as_deref() == Ok("true") {
+            Format::Github
+        } else {
+            Format::Text
+        },
+    );
+    let dir = a.dir;
+    let files = crate::row::catalogue::read_dir(&dir)
+        .map_err(|e| anyhow::anyhow!("cannot read catalogue directory {}: {e}", dir.display()))?;
+    let mut checked = crate::check::check_files(&files);
+    if !checked.has_errors() {
+        checked.diags.extend(crate::check::asks_gate(&checked.rows));
+    }
+    if let Some(rev) = a.base {
+        let base_files = crate::build::git::read_dir_at(&dir, &rev)?;
+        crate::check::against_base(&files, &mut checked, &base_files);
+    }
+    print!("{}", diag::render(&checked.diags, checked.files, format));
+    Ok(super::exit(!checked.has_errors()))
+}

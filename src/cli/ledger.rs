@@ -1,0 +1,55 @@
+//! `capdir ledger verify|show`: walk the receipt chain, or read one receipt.
+
+use crate::ledger::{Location, Verdict};
+use clap::Subcommand;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub(super) struct Args {
+    #[command(subcommand)]
+    action: Action,
+    /// The receipt ledger: `sqlite:PATH` or `postgres://user:password@host:port/db`.
+    #[arg(
+        long,
+        env = "CAPDIR_LEDGER",
+        hide_env_values = true,
+        default_value = "sqlite:data/ledger.sqlite",
+        global = true
+    )]
+    ledger: String,
+}
+
+#[derive(Subcommand)]
+enum Action {
+    /// Walk the hash chain; name the first broken link (exit 1).
+    Verify,
+    /// Print one receipt as JSON.
+    Show { id: String },
+}
+
+pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let location = Location::parse(&a.ledger)?;
+    let runtime = super::current_thread()?;
+    match a.action {
+        Action::Verify => match runtime.block_on(location.verify())? {
+            Verdict::Intact { receipts } => {
+                println!("ok: {receipts} receipts, every link holds");
+                Ok(ExitCode::SUCCESS)
+            }
+            Verdict::Broken { seq, id, why } => {
+                println!("broken at receipt {seq} ({id}): {why}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        Action::Show { id } => match runtime.block_on(location.get(&id))? {
+            Some(r) => {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("no receipt {id} in {location}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+    }
+}

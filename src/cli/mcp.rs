@@ -1,0 +1,53 @@
+//! `capdir mcp`: MCP on standard input and output. The caller is the local owner (it started
+//! the process); no owner key is needed, and none is read.
+
+use crate::serve::AppState;
+use crate::serve::mcp::{self, Projection};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub(super) struct Args {
+    /// The built site; built from the bundled catalogue first when it has no snapshot.
+    #[arg(long, default_value = "site")]
+    site: PathBuf,
+    /// What tools/list lists: `full` (one tool per row) or `meta` (ask, contract, invoke).
+    #[arg(long = "mcp", value_name = "PROJECTION", default_value = "full")]
+    projection: Projection,
+    /// Tools per tools/list page.
+    #[arg(long, value_name = "N", default_value_t = mcp::DEFAULT_PAGE_SIZE)]
+    page_size: usize,
+    /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
+    /// several dispatchers sharing one chain (keeps breaker state there too).
+    #[arg(
+        long,
+        env = "CAPDIR_LEDGER",
+        hide_env_values = true,
+        default_value = "sqlite:data/ledger.sqlite"
+    )]
+    ledger: String,
+    /// The dispatcher's public URL, for the links in answers.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    base_url: String,
+    /// Where breaker state lives; default `$CAPDIR_DATA`, else `data`.
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+}
+
+pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    super::init_logs();
+    super::ensure_site(&a.site, &a.base_url)?;
+    let options = mcp::Options {
+        projection: a.projection,
+        page_size: a.page_size,
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let settings =
+            super::serve::settings(&a.site, &a.ledger, a.base_url, a.data, options).await?;
+        let state = AppState::new(settings)?;
+        state.spawn_reloader(std::time::Duration::from_millis(200));
+        mcp::stdio::serve(state).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,141 @@
+//! The command line: `main.rs` parses nothing itself and calls [`run`]. One file per command,
+//! each with its arguments (`Args`) and what it does (`run`); this file only dispatches and
+//! holds what several commands share (logs, the bundled build, where state lives).
+
+mod ask;
+mod breaker;
+mod build;
+mod check;
+mod eval;
+mod invoke;
+mod ledger;
+mod mcp;
+mod new;
+mod serve;
+pub mod token;
+
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "capdir",
+    version,
+    about = "A catalogue of capabilities for AI agents, kept as data in Git"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check every row of a catalogue; report all problems with file:line:col and a code.
+    Check(check::Args),
+    /// Compile the catalogue into a site: snapshot, index, contracts, pages, projections.
+    Build(build::Args),
+    /// Ask the catalogue in plain words: the best row and ranked candidates.
+    Ask(ask::Args),
+    /// Measure search quality on labelled queries (JSON lines: {"query", "keys"}).
+    Eval(eval::Args),
+    /// Write a scaffold row to fill in.
+    New(new::Args),
+    /// Invoke one row by key and print its result; exit 1 when it fails or is refused.
+    Invoke(invoke::Args),
+    /// Run the dispatcher: ask, contracts, invoke with durable receipts, the static site.
+    Serve(serve::Args),
+    /// Serve the catalogue as an MCP server on standard input and output, as the local owner.
+    Mcp(mcp::Args),
+    /// Mint, revoke and list capability tokens.
+    Token(token::Args),
+    /// Check or read the receipt ledger.
+    Ledger(ledger::Args),
+    /// Show or reset the per-credential circuit breakers.
+    Breaker(breaker::Args),
+}
+
+/// Parse the command line and run the command; errors print their cause chain and exit 2.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check(a) => check::run(a),
+        Command::Build(a) => build::run(a),
+        Command::Ask(a) => ask::run(a),
+        Command::Eval(a) => eval::run(a),
+        Command::New(a) => new::run(a),
+        Command::Invoke(a) => invoke::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Mcp(a) => mcp::run(a),
+        Command::Token(a) => token::run(a),
+        Command::Ledger(a) => ledger::run(a),
+        Command::Breaker(a) => breaker::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Success or failure as an exit code.
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Logs go to standard error (standard output is the MCP channel of `capdir mcp`).
+fn init_logs() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Build the bundled catalogue into `site` when it has no snapshot yet.
+fn ensure_site(site: &Path, base_url: &str) -> anyhow::Result<()> {
+    if site.join("catalogue.sqlite").exists() {
+        return Ok(());
+    }
+    tracing::info!(site = %site.display(), "no site yet: building the bundled catalogue");
+    let opts = crate::build::Options {
+        base_url: base_url.to_string(),
+        ..crate::build::Options::new("catalogue", site)
+    };
+    crate::build::run(&opts).map_err(|e| match e {
+        crate::build::BuildError::Check(d) => {
+            anyhow::anyhow!("the catalogue has errors:\n{d}")
+        }
+        crate::build::BuildError::Other(e) => e,
+    })?;
+    Ok(())
+}
+
+/// The breaker state a command uses: the PostgreSQL ledger's when `--ledger` names one,
+/// else `<data>/state.sqlite`.
+fn breaker_for(
+    ledger: Option<&str>,
+    data: Option<PathBuf>,
+) -> anyhow::Result<crate::invoke::breaker::Breaker> {
+    let data = crate::invoke::breaker::data_dir(data);
+    Ok(match ledger {
+        Some(text) => crate::ledger::Location::parse(text)?.breaker(&data),
+        None => crate::invoke::breaker::Breaker::in_data_dir(&data),
+    })
+}
+
+/// A runtime on this thread, for commands that make a few async calls.
+fn current_thread() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}

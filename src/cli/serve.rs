@@ -1,0 +1,164 @@
+//! `capdir serve`: the dispatcher on a socket, with the site built first when there is none.
+
+use crate::serve::mcp::{self, Projection};
+use crate::serve::{AppState, Settings};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub(super) struct Args {
+    /// The built site; built from the bundled catalogue first when it has no snapshot.
+    #[arg(long, default_value = "site")]
+    site: PathBuf,
+    /// Where to listen (loopback by default).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: std::net::SocketAddr,
+    /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
+    /// several dispatchers sharing one chain (keeps breaker state there too).
+    #[arg(
+        long,
+        env = "CAPDIR_LEDGER",
+        hide_env_values = true,
+        default_value = "sqlite:data/ledger.sqlite"
+    )]
+    ledger: String,
+    /// The public URL, for the links in answers.
+    #[arg(long)]
+    base_url: Option<String>,
+    /// Where breaker state and the token key live; default `$CAPDIR_DATA`, else `data`.
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// What `/mcp` lists: `full` (one tool per row) or `meta` (ask, contract, invoke).
+    #[arg(long = "mcp", value_name = "PROJECTION", default_value = "full")]
+    projection: Projection,
+    /// Tools per `/mcp` tools/list page.
+    #[arg(long, value_name = "N", default_value_t = mcp::DEFAULT_PAGE_SIZE)]
+    mcp_page_size: usize,
+    /// Let callers without a credential invoke rows that are not sensitive and use no
+    /// credential (for local use).
+    #[arg(long)]
+    open: bool,
+    #[command(flatten)]
+    limits: Limits,
+}
+
+/// The dispatcher's limits.
+#[derive(clap::Args)]
+struct Limits {
+    /// The largest request body, in bytes (413 above it).
+    #[arg(long, default_value_t = crate::serve::DEFAULT_BODY_LIMIT)]
+    body_limit: usize,
+    /// Invocations running at once before new ones get 503 with Retry-After.
+    #[arg(long, default_value_t = 1024)]
+    max_inflight: usize,
+    /// How long an http row's upstream may take (e.g. 30s); agent rows get four times this.
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds)]
+    upstream_timeout: Option<u64>,
+    /// The most bytes read from an upstream response (http rows cut there; agent rows fail).
+    #[arg(long, value_name = "BYTES")]
+    response_cap: Option<usize>,
+}
+
+fn parse_seconds(s: &str) -> Result<u64, String> {
+    let secs = s
+        .strip_suffix("ms")
+        .map(|ms| ms.parse::<u64>().map(|n| n.div_ceil(1000)))
+        .unwrap_or_else(|| s.trim_end_matches('s').parse::<u64>())
+        .map_err(|_| format!("`{s}` is not a duration; write 30s"))?;
+    if secs == 0 {
+        return Err("the timeout must be at least 1s".into());
+    }
+    Ok(secs)
+}
+
+/// The dispatcher's settings shared by `serve` and `mcp`: the ledger opened (migrated, its
+/// writer started on the current runtime) and the breaker state where the ledger keeps it.
+pub(super) async fn settings(
+    site: &Path,
+    ledger: &str,
+    base_url: String,
+    data: Option<PathBuf>,
+    mcp: mcp::Options,
+) -> anyhow::Result<Settings> {
+    let data = crate::invoke::breaker::data_dir(data);
+    let location = crate::ledger::Location::parse(ledger)?;
+    let ledger = location.open().await?;
+    tracing::info!(ledger = %location, "ledger open");
+    Ok(Settings {
+        base_url,
+        config: crate::invoke::InvokerConfig::from_env(location.breaker(&data))
+            .map_err(anyhow::Error::msg)?,
+        mcp,
+        ..Settings::new(site, ledger)
+    })
+}
+
+pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    super::init_logs();
+    let base_url = a.base_url.unwrap_or_else(|| format!("http://{}", a.addr));
+    super::ensure_site(&a.site, &base_url)?;
+    let Args {
+        site,
+        addr,
+        ledger,
+        data,
+        open,
+        limits,
+        ..
+    } = a;
+    let options = mcp::Options {
+        projection: a.projection,
+        page_size: a.mcp_page_size,
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let mut settings = settings(&site, &ledger, base_url, data.clone(), options).await?;
+        let (token_key, key_source) =
+            crate::access::token::TokenKey::load(&crate::invoke::breaker::data_dir(data))?;
+        let config = &mut settings.config;
+        if let Some(secs) = limits.upstream_timeout {
+            config.http.timeout = std::time::Duration::from_secs(secs);
+            config.agent.timeout = std::time::Duration::from_secs(secs.saturating_mul(4));
+        }
+        if let Some(cap) = limits.response_cap {
+            config.http.max_body_bytes = cap;
+            config.agent.max_body_bytes = cap;
+        }
+        tracing::info!(
+            body_limit = limits.body_limit,
+            max_inflight = limits.max_inflight,
+            upstream_timeout_s = config.http.timeout.as_secs(),
+            response_cap = config.http.max_body_bytes,
+            token_key = %key_source,
+            "limits"
+        );
+        let settings = Settings {
+            owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
+            token_key: Some(token_key),
+            open,
+            body_limit: limits.body_limit,
+            max_inflight: limits.max_inflight,
+            ..settings
+        };
+        if settings.owner_key.as_deref().unwrap_or("").is_empty() {
+            tracing::warn!(
+                "CAPDIR_OWNER_KEY is not set: only capability tokens can invoke, and nobody can read every receipt"
+            );
+        }
+        if open {
+            tracing::warn!(
+                "open mode (--open): callers without a credential may invoke rows that are not sensitive and use no credential"
+            );
+        } else {
+            tracing::info!(
+                "closed mode: invoking needs the owner key or a capability token (--open lets anonymous callers run rows that are not sensitive and use no credential)"
+            );
+        }
+        let state = AppState::new(settings)?;
+        state.spawn_reloader(std::time::Duration::from_millis(200));
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(addr = %listener.local_addr()?, "serving");
+        axum::serve(listener, crate::serve::app(state)).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,512 @@
+//! One invocation through the gate (DESIGN.md §6–§8): who may run what, the runner, and the
+//! receipt written before anyone hears the answer. `POST /api/dispatch`, the run-now GET and
+//! MCP `tools/call` all come here, so they refuse alike and write the same receipts.
+//!
+//! A `Dispatcher` is the part of a dispatcher that does not speak HTTP: the live build of the
+//! site (swapped whole when a new build lands), the ledger, the keys credentials are checked
+//! against, and the gate. It answers in domain terms (`Invoked`, `DispatchError`); each edge
+//! translates.
+
+mod error;
+mod live;
+
+pub use error::{DispatchError, Failure};
+pub use live::Live;
+
+use crate::access::affordance::{self, Affordances, Here};
+use crate::access::auth::{self, Caller, Keys, open_refusal};
+use crate::access::token::{self, Reason, Target};
+use crate::check::secrets::{self, Known};
+use crate::invoke::outcome::Status;
+use crate::invoke::rowset::Callable;
+use crate::invoke::{Input, InvokerConfig};
+use crate::ledger::{self, Draft, Ledger, Receipt};
+use crate::row::Row;
+use arc_swap::ArcSwap;
+use serde::Deserialize;
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, watch};
+
+/// A finished invocation whose receipt is durable.
+#[derive(Debug)]
+pub struct Invoked {
+    pub receipt: Receipt,
+    /// The output as the caller may see it (secrets redacted).
+    pub output: String,
+    pub duration: Duration,
+    pub truncated: bool,
+}
+
+/// One invocation as a caller asks for it (the body of `POST /api/dispatch`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvokeRequest {
+    pub key: String,
+    pub body: Option<String>,
+    pub args: Option<serde_json::Map<String, Json>>,
+    pub repairs: Option<String>,
+}
+
+/// How a dispatcher is set up.
+pub struct Settings {
+    /// The built site the rows and the index are loaded from.
+    pub site: PathBuf,
+    pub ledger: Arc<dyn Ledger>,
+    /// The owner key and the token key credentials are checked against.
+    pub keys: Keys,
+    /// `--open`: anonymous callers may invoke rows that are not sensitive and use no
+    /// credential.
+    pub open: bool,
+    /// The dispatcher's public URL: the audience its tokens must name.
+    pub audience: String,
+    pub config: InvokerConfig,
+    /// Invocations running at once before new ones are refused as `saturated`.
+    pub max_inflight: usize,
+}
+
+/// The dispatcher's core: the live build, the ledger, the keys and the gate.
+pub struct Dispatcher {
+    site: PathBuf,
+    live: ArcSwap<Live>,
+    config: InvokerConfig,
+    ledger: Arc<dyn Ledger>,
+    keys: Keys,
+    /// `keys.secret_values()`, taken once: every receipt and answer is redacted with them.
+    secrets: Known,
+    open: bool,
+    audience: String,
+    max_inflight: usize,
+    inflight: Semaphore,
+    /// (status, runner) → invocations, for `/metrics`.
+    invocations: Mutex<BTreeMap<(String, String), u64>>,
+    /// New builds swapped in, for `/metrics`.
+    reload_count: AtomicU64,
+    /// Bumped after every reload, so MCP streams can tell their clients the tools changed.
+    reloads: watch::Sender<u64>,
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+impl Dispatcher {
+    /// Load the site's current build and start dispatching against it.
+    pub fn new(settings: Settings) -> anyhow::Result<Dispatcher> {
+        let live = Live::load(&settings.site, &settings.config)?;
+        Ok(Dispatcher {
+            secrets: Known::new(settings.keys.secret_values()),
+            site: settings.site,
+            live: ArcSwap::from_pointee(live),
+            config: settings.config,
+            ledger: settings.ledger,
+            keys: settings.keys,
+            open: settings.open,
+            audience: settings.audience,
+            max_inflight: settings.max_inflight,
+            inflight: Semaphore::new(settings.max_inflight),
+            invocations: Mutex::new(BTreeMap::new()),
+            reload_count: AtomicU64::new(0),
+            reloads: watch::Sender::new(0),
+        })
+    }
+
+    /// What credentials are checked against (for `auth::authenticate`).
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// The secret values every answer and receipt is redacted of.
+    pub fn secrets(&self) -> &Known {
+        &self.secrets
+    }
+
+    /// Whether anonymous callers may invoke rows that are not sensitive and use no credential.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// The ledger receipts and token revocations live in.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
+    /// The site directory builds are read from.
+    pub fn site(&self) -> &Path {
+        &self.site
+    }
+
+    /// The catalogue requests see now.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.load_full()
+    }
+
+    /// Invocations so far by (status, runner).
+    pub fn invocation_counts(&self) -> BTreeMap<(String, String), u64> {
+        self.invocations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// New builds swapped in so far.
+    pub fn reload_count(&self) -> u64 {
+        self.reload_count.load(Ordering::Relaxed)
+    }
+
+    /// Reload when `catalogue.sqlite` changed; true when a new build was swapped in. A build
+    /// that cannot be read yet keeps the old one serving; the next poll tries again.
+    pub fn reload_if_changed(&self) -> bool {
+        let path = self.site.join("catalogue.sqlite");
+        let now = live::stamp(&path);
+        if now.is_none() || now == self.live.load().stamp {
+            return false;
+        }
+        match Live::load(&self.site, &self.config) {
+            Ok(live) => {
+                tracing::info!(
+                    commit = %live.info.commit,
+                    rows = live.invoker.rows().len(),
+                    "reloaded the site"
+                );
+                self.live.store(Arc::new(live));
+                self.reload_count.fetch_add(1, Ordering::Relaxed);
+                self.reloads.send_modify(|n| *n += 1);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "new site not readable yet");
+                false
+            }
+        }
+    }
+
+    /// A receiver that changes after every reload.
+    pub fn subscribe_reloads(&self) -> watch::Receiver<u64> {
+        self.reloads.subscribe()
+    }
+
+    /// Poll the site every `every` for a new build, until the runtime stops.
+    pub fn spawn_reloader(self: &Arc<Self>, every: Duration) {
+        let dispatcher = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let d = dispatcher.clone();
+                let _ = tokio::task::spawn_blocking(move || d.reload_if_changed()).await;
+            }
+        });
+    }
+
+    /// One receipt by id, checked for form first.
+    pub async fn find_receipt(&self, id: &str) -> Result<Receipt, DispatchError> {
+        let id = checked_receipt_id(id)?;
+        let found = self
+            .ledger
+            .get(id)
+            .await
+            .map_err(|e| DispatchError::unavailable("ledger read failed", e))?;
+        found.ok_or(DispatchError::UnknownReceipt)
+    }
+
+    /// What `caller` may do with `row` here, now: the gate's checks, run without running.
+    pub async fn affordances(
+        &self,
+        caller: &Caller,
+        row: &Row,
+        body_limit: usize,
+    ) -> Result<Affordances, DispatchError> {
+        let revoked = match caller {
+            Caller::Token(claims) => self.revoked(&claims.id).await?,
+            _ => false,
+        };
+        let here = Here {
+            open: self.open,
+            audience: &self.audience,
+            body_limit: body_limit as u64,
+            now: chrono::Utc::now().timestamp(),
+        };
+        Ok(affordance::of(caller, row, here, revoked))
+    }
+
+    async fn revoked(&self, id: &str) -> Result<bool, DispatchError> {
+        self.ledger
+            .is_revoked(id)
+            .await
+            .map_err(|e| DispatchError::unavailable("the revocation list could not be read", e))
+    }
+
+    /// Run one invocation for `caller`: the gate, the runner, the receipt (durable before this
+    /// returns), the metrics. A refusal or a runner failure names its receipt.
+    ///
+    /// The gate runs before any runner, in this order: a credential at all (anonymous callers
+    /// only under `--open`), capacity (`saturated`), then for a capability token: revoked,
+    /// expired, audience, the row (`unknown_key`), scope, contract_changed, risk_ceiling:low,
+    /// fixed_body, payload_ceiling. Each token refusal answers its literal reason as the code
+    /// and writes a `REFUSED` receipt.
+    pub async fn dispatch(
+        &self,
+        caller: &Caller,
+        request: InvokeRequest,
+    ) -> Result<Invoked, DispatchError> {
+        if *caller == Caller::Anonymous && !self.open {
+            auth::require_credential(caller)?;
+        }
+        let Ok(_permit) = self.inflight.try_acquire() else {
+            return Err(DispatchError::Saturated {
+                max_inflight: self.max_inflight,
+            });
+        };
+        // One catalogue for the whole call, even if a reload lands meanwhile.
+        let live = self.live();
+        let mut request = request;
+        let sent_input: Option<String> = match (&request.body, &request.args) {
+            (_, Some(args)) => Some(Json::Object(args.clone()).to_string()),
+            (Some(body), None) => Some(body.clone()),
+            (None, None) => None,
+        };
+        let gate = Gate {
+            dispatcher: self,
+            live: &live,
+            caller,
+            key: &request.key,
+            input: sent_input.as_deref().unwrap_or_default(),
+        };
+        if let Caller::Token(claims) = caller {
+            if self.revoked(&claims.id).await? {
+                let message = format!("token {} was revoked", claims.id);
+                return Err(gate.refuse(None, Reason::Revoked, message).await);
+            }
+            if let Err(r) =
+                token::check_holder(claims, chrono::Utc::now().timestamp(), &self.audience)
+            {
+                return Err(gate.refuse(None, r.reason, r.message).await);
+            }
+        }
+        let Some(callable) = live.invoker.rows().get(&request.key) else {
+            return Err(DispatchError::unknown_key(
+                live.invoker.rows(),
+                &request.key,
+            ));
+        };
+        let contract_sha256 = callable.fingerprint.clone();
+        match caller {
+            Caller::Owner => {}
+            Caller::Token(claims) => {
+                let target = Target {
+                    key: &callable.row.key,
+                    category: &callable.row.category,
+                    sensitive: callable.row.sensitive,
+                    fingerprint: &contract_sha256,
+                };
+                if let Err(r) = token::check_call(claims, target, sent_input.as_deref()) {
+                    return Err(gate.refuse(Some(callable), r.reason, r.message).await);
+                }
+                if sent_input.is_none() {
+                    // A token with a fixed body runs it when the caller sends none.
+                    request.body = claims.body.clone();
+                }
+            }
+            Caller::Anonymous => {
+                if let Some(why) = open_refusal(&callable.row) {
+                    return Err(gate.refuse_anonymous(callable, why).await);
+                }
+            }
+        }
+        if let Some(repairs) = &request.repairs {
+            let earlier = self.find_receipt(repairs).await.map_err(|e| match e {
+                DispatchError::UnknownReceipt => DispatchError::RepairsUnknown {
+                    repairs: repairs.clone(),
+                },
+                e => e,
+            })?;
+            if earlier.draft.status != Status::Failed.as_str()
+                && earlier.draft.status != Status::Refused.as_str()
+            {
+                return Err(DispatchError::RepairsNotFailed {
+                    repairs: repairs.clone(),
+                    status: earlier.draft.status,
+                });
+            }
+        }
+        // What runs: what the caller sent, or the token's fixed body put in its place above.
+        let input_text = sent_input
+            .or_else(|| request.body.clone())
+            .unwrap_or_default();
+        let input = match request.args {
+            Some(args) => Input::Args(args),
+            None => Input::Body(request.body.unwrap_or_default()),
+        };
+        let started_at = now_rfc3339();
+        let outcome = live.invoker.invoke(&request.key, input).await;
+        let finished_at = now_rfc3339();
+        // Redacted once: the receipt stores it and the caller is answered with it.
+        let output = secrets::redact(&outcome.output, &self.secrets);
+        let draft = Draft {
+            id: ledger::new_id(),
+            key: outcome.key.clone(),
+            actor: caller.actor(),
+            runner: outcome.runner.clone(),
+            trace_id: uuid::Uuid::new_v4().simple().to_string(),
+            started_at,
+            finished_at,
+            status: outcome.status.as_str().into(),
+            error_code: outcome.error_code().map(str::to_string),
+            cost_usd: outcome.usage.as_ref().and_then(|u| u.cost_usd),
+            input_sha256: ledger::sha256_hex(&input_text),
+            output_sha256: ledger::sha256_hex(&outcome.output),
+            contract_sha256,
+            catalogue_commit: live.info.commit.clone(),
+            repairs: request.repairs,
+            input: secrets::redact(&input_text, &self.secrets),
+            output: output.clone(),
+        };
+        let receipt = self.append(draft).await?;
+        if let Some(failure) = &outcome.error {
+            let kind = match outcome.status {
+                Status::Refused if failure.code.starts_with("breaker") => Failure::BreakerOpen,
+                Status::Refused => Failure::Refused,
+                _ if is_timeout(failure) => Failure::Timeout,
+                _ => Failure::Upstream,
+            };
+            return Err(DispatchError::Failed {
+                kind,
+                output,
+                reason: failure.code.clone(),
+                receipt: Box::new(receipt),
+            });
+        }
+        Ok(Invoked {
+            receipt,
+            output,
+            duration: outcome.duration,
+            truncated: outcome.truncated,
+        })
+    }
+
+    /// Make a receipt durable and count it.
+    async fn append(&self, draft: Draft) -> Result<Receipt, DispatchError> {
+        let receipt = self
+            .ledger
+            .append(draft)
+            .await
+            .map_err(|e| DispatchError::unavailable("the receipt could not be written", e))?;
+        *self
+            .invocations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((receipt.draft.status.clone(), receipt.draft.runner.clone()))
+            .or_default() += 1;
+        tracing::info!(
+            receipt = %receipt.draft.id,
+            seq = receipt.seq,
+            key = %receipt.draft.key,
+            runner = %receipt.draft.runner,
+            actor = %receipt.draft.actor,
+            status = %receipt.draft.status,
+            error = receipt.draft.error_code.as_deref().unwrap_or(""),
+            commit = %receipt.draft.catalogue_commit,
+            "invoked"
+        );
+        Ok(receipt)
+    }
+}
+
+/// A receipt id as the ledger writes them: `inv_` and up to 64 letters and digits.
+pub fn checked_receipt_id(id: &str) -> Result<&str, DispatchError> {
+    let ok = id.strip_prefix("inv_").is_some_and(|rest| {
+        !rest.is_empty() && rest.len() <= 64 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+    });
+    if ok {
+        Ok(id)
+    } else {
+        Err(DispatchError::BadReceiptId)
+    }
+}
+
+/// An upstream that did not answer within the runner's timeout (`ERR:http:fetch:timed out…`).
+fn is_timeout(failure: &crate::invoke::outcome::Failure) -> bool {
+    failure.code.ends_with(":fetch")
+        && (failure.detail.starts_with("timed out")
+            || failure.detail.starts_with("connect timed out"))
+}
+
+/// One call at the gate: what a refusal's receipt is made of.
+struct Gate<'a> {
+    dispatcher: &'a Dispatcher,
+    live: &'a Live,
+    caller: &'a Caller,
+    key: &'a str,
+    input: &'a str,
+}
+
+impl Gate<'_> {
+    /// The receipt of a refusal: nothing ran, the reason is its error code.
+    async fn receipt(
+        &self,
+        callable: Option<&Callable>,
+        code: &str,
+        message: &str,
+    ) -> Result<Receipt, DispatchError> {
+        let known = &self.dispatcher.secrets;
+        let output = format!("ERR:{code}:{message}");
+        let now = now_rfc3339();
+        let draft = Draft {
+            id: ledger::new_id(),
+            key: self.key.to_string(),
+            actor: self.caller.actor(),
+            runner: callable.map_or("none", |c| c.row.runner_name()).to_string(),
+            trace_id: uuid::Uuid::new_v4().simple().to_string(),
+            started_at: now.clone(),
+            finished_at: now,
+            status: Status::Refused.as_str().into(),
+            error_code: Some(code.to_string()),
+            cost_usd: None,
+            input_sha256: ledger::sha256_hex(self.input),
+            output_sha256: ledger::sha256_hex(&output),
+            contract_sha256: callable.map(|c| c.fingerprint.clone()).unwrap_or_default(),
+            catalogue_commit: self.live.info.commit.clone(),
+            repairs: None,
+            input: secrets::redact(self.input, known),
+            output: secrets::redact(&output, known),
+        };
+        self.dispatcher.append(draft).await
+    }
+
+    /// A token refused at the gate: the literal reason as the code, with its receipt.
+    async fn refuse(
+        &self,
+        callable: Option<&Callable>,
+        reason: Reason,
+        message: String,
+    ) -> DispatchError {
+        match self.receipt(callable, reason.as_str(), &message).await {
+            Ok(receipt) => DispatchError::Token {
+                reason,
+                message,
+                receipt: Box::new(receipt),
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// An anonymous caller under `--open` asking for a row it may not run.
+    async fn refuse_anonymous(&self, callable: &Callable, why: &str) -> DispatchError {
+        let message = format!(
+            "{why}: without a credential, --open allows only rows that are not sensitive and use no credential"
+        );
+        match self.receipt(Some(callable), "anonymous", &message).await {
+            Ok(receipt) => DispatchError::Anonymous {
+                message,
+                receipt: Box::new(receipt),
+            },
+            Err(e) => e,
+        }
+    }
+}

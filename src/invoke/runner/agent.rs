@@ -1,0 +1,330 @@
+//! The `agent` runner: one OpenAI-compatible chat-completions call.
+//!
+//! The system prompt is the payloads of the row's `includes` (prompt-block rows) in order, then
+//! the row's own payload, joined with blank lines; the user message is the call's body. A model
+//! id `gw:provider/model` goes to the configured gateway as `provider/model`; any other id goes
+//! to the direct endpoint. Token usage is recorded from the response, and priced when a price
+//! table names the model, so every receipt can say what a call cost.
+
+use super::{Call, Ran, RunFuture, Runner, fetch_reason, read_capped, scrub, truncate_chars};
+use crate::invoke::outcome::{Failure, Usage};
+use serde::Deserialize;
+use serde_json::{Value as Json, json};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Where chat-completions requests go, and which environment variable holds the API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Base URL without `/chat/completions`, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Variable holding the key, sent as `Authorization: Bearer`; empty = send no key.
+    pub key_env: String,
+}
+
+/// US dollars per one million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Per 1M prompt (input) tokens.
+    pub input: f64,
+    /// Per 1M completion (output) tokens.
+    pub output: f64,
+}
+
+impl Price {
+    pub fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        (prompt_tokens as f64 * self.input + completion_tokens as f64 * self.output) / 1_000_000.0
+    }
+}
+
+/// How agent rows reach a model.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// For model ids without `gw:`.
+    pub direct: Endpoint,
+    /// For `gw:provider/model` ids; without one, such rows fail `agent:no_gateway`.
+    pub gateway: Option<Endpoint>,
+    /// Model id (as in the row's target, or as sent) → price.
+    pub prices: HashMap<String, Price>,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    pub max_body_bytes: usize,
+    pub error_body_chars: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            direct: Endpoint {
+                base_url: "https://api.openai.com/v1".into(),
+                key_env: "OPENAI_API_KEY".into(),
+            },
+            gateway: None,
+            prices: HashMap::new(),
+            connect_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(120),
+            max_body_bytes: 4 * 1024 * 1024,
+            error_body_chars: 512,
+        }
+    }
+}
+
+impl AgentConfig {
+    /// From `CAPDIR_AGENT_BASE_URL`, `CAPDIR_AGENT_KEY_ENV` (default `OPENAI_API_KEY`),
+    /// `CAPDIR_GATEWAY_BASE_URL`, `CAPDIR_GATEWAY_KEY_ENV` (default `CAPDIR_GATEWAY_KEY`) and
+    /// `CAPDIR_AGENT_PRICES` (JSON: `{"model": {"input": 0.15, "output": 0.6}}`).
+    pub fn from_env() -> Result<AgentConfig, String> {
+        Self::from_lookup(&|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+    }
+
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<AgentConfig, String> {
+        let mut cfg = AgentConfig::default();
+        if let Some(url) = get("CAPDIR_AGENT_BASE_URL") {
+            cfg.direct.base_url = url;
+        }
+        if let Some(env) = get("CAPDIR_AGENT_KEY_ENV") {
+            cfg.direct.key_env = env_name("CAPDIR_AGENT_KEY_ENV", env)?;
+        }
+        if let Some(url) = get("CAPDIR_GATEWAY_BASE_URL") {
+            let key_env = match get("CAPDIR_GATEWAY_KEY_ENV") {
+                Some(env) => env_name("CAPDIR_GATEWAY_KEY_ENV", env)?,
+                None => "CAPDIR_GATEWAY_KEY".into(),
+            };
+            cfg.gateway = Some(Endpoint {
+                base_url: url,
+                key_env,
+            });
+        }
+        if let Some(table) = get("CAPDIR_AGENT_PRICES") {
+            cfg.prices = serde_json::from_str(&table).map_err(|e| {
+                format!(
+                    "CAPDIR_AGENT_PRICES is not a price table ({e}); write {{\"model\": {{\"input\": 0.15, \"output\": 0.6}}}} in USD per 1M tokens"
+                )
+            })?;
+        }
+        Ok(cfg)
+    }
+
+    /// The endpoint and the model name to send, for a row's target.
+    pub fn route<'t>(&self, target: &'t str) -> Result<(&Endpoint, &'t str), Failure> {
+        match target.strip_prefix("gw:") {
+            Some(model) => {
+                let gw = self.gateway.as_ref().ok_or_else(|| {
+                    Failure::new(
+                        "agent:no_gateway",
+                        format!("{target} goes through a gateway; set CAPDIR_GATEWAY_BASE_URL"),
+                    )
+                })?;
+                Ok((gw, model))
+            }
+            None => Ok((&self.direct, target)),
+        }
+    }
+
+    fn price(&self, target: &str, sent: &str) -> Option<&Price> {
+        self.prices.get(target).or_else(|| self.prices.get(sent))
+    }
+}
+
+fn env_name(setting: &str, value: String) -> Result<String, String> {
+    if crate::row::credential::is_env_name(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "{setting} must name an environment variable (A-Z, 0-9, _), not hold a key"
+        ))
+    }
+}
+
+pub struct AgentRunner {
+    client: reqwest::Client,
+    config: AgentConfig,
+}
+
+impl AgentRunner {
+    pub fn new(config: AgentConfig) -> Result<AgentRunner, String> {
+        Ok(AgentRunner {
+            client: super::http::client(config.connect_timeout, config.timeout)?,
+            config,
+        })
+    }
+}
+
+impl Runner for AgentRunner {
+    fn name(&self) -> &'static str {
+        "agent"
+    }
+
+    fn run<'a>(&'a self, call: Call<'a>) -> RunFuture<'a> {
+        Box::pin(async move {
+            match self.chat(call).await {
+                Ok(ran) => ran,
+                Err(f) => Ran::fail(f),
+            }
+        })
+    }
+}
+
+/// The included blocks in order, then the row's payload, joined with blank lines.
+pub fn system_prompt(call: &Call<'_>) -> Result<String, Failure> {
+    let row = &call.callable.row;
+    let mut parts: Vec<&str> = Vec::with_capacity(row.includes.len() + 1);
+    for key in &row.includes {
+        let block = call
+            .invoker
+            .rows()
+            .row(key)
+            .ok_or_else(|| Failure::new("agent:unknown_include", key))?;
+        parts.push(block.payload());
+    }
+    parts.push(row.payload());
+    Ok(parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n"))
+}
+
+impl AgentRunner {
+    async fn chat(&self, call: Call<'_>) -> Result<Ran, Failure> {
+        let cfg = &self.config;
+        let target = call.callable.row.target.trim();
+        let (endpoint, model) = cfg.route(target)?;
+        let system = system_prompt(&call)?;
+        let user = call.args.join("|");
+        let mut messages = Vec::with_capacity(2);
+        if !system.is_empty() {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        messages.push(json!({"role": "user", "content": user}));
+        let request = json!({"model": model, "messages": messages});
+
+        let url = format!(
+            "{}/chat/completions",
+            endpoint.base_url.trim_end_matches('/')
+        );
+        let mut req = self.client.post(&url).json(&request);
+        let mut secrets = Vec::new();
+        let breaker = call.invoker.breaker();
+        let mut admitted = None;
+        if !endpoint.key_env.is_empty() {
+            let key = call.invoker.env().require(&endpoint.key_env)?;
+            admitted = Some(breaker.admit(&endpoint.key_env).await?);
+            req = req.bearer_auth(&key);
+            secrets.push(key);
+        }
+        let mut resp = req.send().await.map_err(|e| {
+            Failure::new(
+                "agent:fetch",
+                scrub(fetch_reason(e, cfg.connect_timeout, cfg.timeout), &secrets),
+            )
+        })?;
+        let status = resp.status();
+        if let Some(before) = admitted {
+            breaker
+                .record(&endpoint.key_env, status.as_u16(), before)
+                .await;
+        }
+        let (body, truncated) = read_capped(&mut resp, cfg.max_body_bytes)
+            .await
+            .map_err(|e| {
+                Failure::new(
+                    "agent:fetch",
+                    scrub(fetch_reason(e, cfg.connect_timeout, cfg.timeout), &secrets),
+                )
+            })?;
+        let body = scrub(body, &secrets);
+        if !status.is_success() {
+            return Err(Failure::new(
+                format!("agent:{}", status.as_u16()),
+                truncate_chars(&body, cfg.error_body_chars),
+            ));
+        }
+        if truncated {
+            return Err(Failure::new(
+                "agent:bad_response",
+                format!("response larger than {} bytes", cfg.max_body_bytes),
+            ));
+        }
+        let parsed: Json = serde_json::from_str(&body).map_err(|e| {
+            Failure::new(
+                "agent:bad_response",
+                format!("not JSON ({e}): {}", truncate_chars(&body, 200)),
+            )
+        })?;
+        let message = parsed
+            .pointer("/choices/0/message")
+            .ok_or_else(|| Failure::new("agent:bad_response", "no choices[0].message"))?;
+        let content = match message.get("content") {
+            Some(Json::String(s)) => s.clone(),
+            None | Some(Json::Null) => String::new(),
+            Some(other) => other.to_string(),
+        };
+        let tokens = |field: &str| {
+            parsed
+                .pointer(&format!("/usage/{field}"))
+                .and_then(Json::as_u64)
+                .unwrap_or(0)
+        };
+        let (prompt_tokens, completion_tokens) =
+            (tokens("prompt_tokens"), tokens("completion_tokens"));
+        let usage = Usage {
+            prompt_tokens,
+            completion_tokens,
+            cost_usd: cfg
+                .price(target, model)
+                .map(|p| p.cost(prompt_tokens, completion_tokens)),
+        };
+        Ok(Ran {
+            result: Ok(content),
+            usage,
+            truncated: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_from_variables() {
+        let vars: HashMap<&str, &str> = [
+            ("CAPDIR_AGENT_BASE_URL", "http://127.0.0.1:9/v1"),
+            ("CAPDIR_AGENT_KEY_ENV", "MY_KEY"),
+            ("CAPDIR_GATEWAY_BASE_URL", "http://127.0.0.1:8/gw"),
+            (
+                "CAPDIR_AGENT_PRICES",
+                r#"{"gw:openai/gpt-4o-mini": {"input": 0.15, "output": 0.6}}"#,
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let cfg = AgentConfig::from_lookup(&|n| vars.get(n).map(|v| v.to_string())).unwrap();
+        assert_eq!(cfg.direct.key_env, "MY_KEY");
+        let (ep, model) = cfg.route("gw:openai/gpt-4o-mini").unwrap();
+        assert_eq!(
+            (ep.base_url.as_str(), model),
+            ("http://127.0.0.1:8/gw", "openai/gpt-4o-mini")
+        );
+        assert_eq!(ep.key_env, "CAPDIR_GATEWAY_KEY");
+        let (ep, model) = cfg.route("gpt-4o").unwrap();
+        assert_eq!(
+            (ep.base_url.as_str(), model),
+            ("http://127.0.0.1:9/v1", "gpt-4o")
+        );
+        let p = cfg
+            .price("gw:openai/gpt-4o-mini", "openai/gpt-4o-mini")
+            .unwrap();
+        assert!((p.cost(1_000_000, 2_000_000) - 1.35).abs() < 1e-9);
+
+        let bad = AgentConfig::from_lookup(&|n| {
+            (n == "CAPDIR_AGENT_KEY_ENV").then(|| "sk-abc".to_string())
+        });
+        assert!(bad.is_err());
+        let no_gw = AgentConfig::default().route("gw:x/y").unwrap_err();
+        assert_eq!(no_gw.code, "agent:no_gateway");
+    }
+}

@@ -1,0 +1,331 @@
+//! The `http` runner: one request to the row's `METHOD url`, with its credential applied.
+//!
+//! The URL is rendered with percent-encoding and its origin checked again after rendering
+//! (`target.rs` already refuses slots in the scheme or host; this is defence in depth). The
+//! credential is read from the environment at call time, passes the circuit breaker first, and
+//! never appears in a result or a log. Redirects are followed only within the same origin, so a
+//! header credential cannot be carried to another host. Responses are read up to a size cap.
+
+use super::{
+    Call, Ran, RunFuture, Runner, USER_AGENT, fetch_reason, read_capped, scrub, truncate_chars,
+};
+use crate::invoke::outcome::Failure;
+use crate::row::credential::{Credential, expand_env};
+use crate::row::target::HttpTarget;
+use crate::row::template::{self, Context, Vars};
+use base64::Engine as _;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, Url};
+use std::time::Duration;
+
+/// Limits of one request.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Time to establish the connection.
+    pub connect_timeout: Duration,
+    /// Time for the whole exchange, body included.
+    pub timeout: Duration,
+    /// Response bytes read at most; the rest is dropped and the outcome marked truncated.
+    pub max_body_bytes: usize,
+    /// Characters of a non-2xx body quoted in `ERR:http:<status>:`.
+    pub error_body_chars: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            connect_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(30),
+            max_body_bytes: 1024 * 1024,
+            error_body_chars: 512,
+        }
+    }
+}
+
+pub struct HttpRunner {
+    client: reqwest::Client,
+    config: HttpConfig,
+}
+
+/// A client with the shared settings: user agent, timeouts, same-origin redirects only.
+pub fn client(connect_timeout: Duration, timeout: Duration) -> Result<reqwest::Client, String> {
+    let redirects = reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if attempt.previous().len() > 5 {
+            attempt.error("more than 5 redirects")
+        } else if same_origin {
+            attempt.follow()
+        } else {
+            // The 3xx comes back as the result, naming where it wanted to go.
+            attempt.stop()
+        }
+    });
+    reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .connect_timeout(connect_timeout)
+        .timeout(timeout)
+        .redirect(redirects)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+impl HttpRunner {
+    pub fn new(config: HttpConfig) -> Result<HttpRunner, String> {
+        Ok(HttpRunner {
+            client: client(config.connect_timeout, config.timeout)?,
+            config,
+        })
+    }
+}
+
+impl Runner for HttpRunner {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn run<'a>(&'a self, call: Call<'a>) -> RunFuture<'a> {
+        Box::pin(async move {
+            match self.request(call).await {
+                Ok(ran) => ran,
+                Err(f) => Ran::fail(f),
+            }
+        })
+    }
+}
+
+/// The request as it will be sent, before any I/O.
+#[derive(Debug)]
+pub struct Prepared {
+    pub method: Method,
+    pub url: Url,
+    pub headers: HeaderMap,
+    pub body: Option<String>,
+    /// Secret values applied, to scrub from anything returned.
+    pub secrets: Vec<String>,
+    /// The breaker entry this request counts against.
+    pub credential_name: Option<String>,
+}
+
+/// Render the URL, check its origin, apply the credential and render the body.
+pub fn prepare(call: &Call<'_>) -> Result<Prepared, Failure> {
+    let row = &call.callable.row;
+    let target = match &call.callable.http_target {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => return Err(Failure::new("http:bad_target", &e.message)),
+        None => {
+            return Err(Failure::new(
+                "http:bad_target",
+                format!("{} is not an http row", row.key),
+            ));
+        }
+    };
+    let vars = Vars {
+        args: call.args,
+        ..Default::default()
+    };
+    let mut url = render_url(target, vars)?;
+    let method = Method::from_bytes(target.method.as_bytes())
+        .map_err(|_| Failure::new("http:bad_target", &target.method))?;
+
+    let credential = match &call.callable.credential {
+        Ok(c) => c.as_ref(),
+        Err(e) if e.code == "unknown_auth_prefix" => {
+            let prefix = row.auth.trim().split(':').next().unwrap_or_default();
+            return Err(Failure::new("auth:unknown_prefix", prefix));
+        }
+        Err(e) => return Err(Failure::new("auth:bad", &e.message)),
+    };
+    let mut headers = HeaderMap::new();
+    let mut secrets = Vec::new();
+    if let Some(c) = credential {
+        apply_credential(c, call, &mut url, &mut headers, &mut secrets)?;
+    }
+
+    let payload = row.payload();
+    let body = if payload.trim().is_empty() {
+        None
+    } else {
+        let ctx = Context::for_body(payload);
+        if ctx == Context::Json {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        Some(template::render(payload, ctx, vars).map_err(|m| missing(m.needed, m.got))?)
+    };
+    Ok(Prepared {
+        method,
+        url,
+        headers,
+        body,
+        secrets,
+        credential_name: credential.map(Credential::name),
+    })
+}
+
+fn missing(needed: usize, got: usize) -> Failure {
+    Failure::new(
+        "missing_args",
+        format!("the template needs {needed} arguments, got {got}"),
+    )
+}
+
+/// The target URL with its slots filled, refused if the origin moved.
+pub fn render_url(target: &HttpTarget, vars: Vars<'_>) -> Result<Url, Failure> {
+    let text =
+        template::render(&target.url, Context::Url, vars).map_err(|m| missing(m.needed, m.got))?;
+    let url = Url::parse(&text).map_err(|e| Failure::new("http:bad_url", e.to_string()))?;
+    let origin = Url::parse(target.origin())
+        .map_err(|e| Failure::new("http:bad_url", format!("{}: {e}", target.origin())))?;
+    if !text.starts_with(target.origin()) || url.origin() != origin.origin() {
+        return Err(Failure::new(
+            "http:origin_changed",
+            format!(
+                "the rendered URL's origin is {}, the row's is {}",
+                url.origin().ascii_serialization(),
+                origin.origin().ascii_serialization()
+            ),
+        ));
+    }
+    Ok(url)
+}
+
+fn header_value(value: &str, env_names: &str) -> Result<HeaderValue, Failure> {
+    let mut v = HeaderValue::from_str(value).map_err(|_| {
+        Failure::new(
+            "auth:bad_value",
+            format!("{env_names} holds characters a header cannot carry"),
+        )
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
+fn apply_credential(
+    credential: &Credential,
+    call: &Call<'_>,
+    url: &mut Url,
+    headers: &mut HeaderMap,
+    secrets: &mut Vec<String>,
+) -> Result<(), Failure> {
+    let env = call.invoker.env();
+    match credential {
+        Credential::Bearer { env: name } => {
+            let token = env.require(name)?;
+            headers.insert(
+                AUTHORIZATION,
+                header_value(&format!("Bearer {token}"), name)?,
+            );
+            secrets.push(token);
+        }
+        Credential::Basic { env: name } => {
+            let pair = env.require(name)?;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&pair);
+            headers.insert(
+                AUTHORIZATION,
+                header_value(&format!("Basic {encoded}"), name)?,
+            );
+            secrets.push(encoded);
+            secrets.extend(pair.split_once(':').map(|(_, pass)| pass.to_string()));
+            secrets.push(pair);
+        }
+        Credential::Headers { headers: list } => {
+            for (name, template) in list {
+                // Every referenced variable must be set; report the first missing by name.
+                for var in crate::row::credential::env_refs(template) {
+                    secrets.push(env.require(&var)?);
+                }
+                let value = expand_env(template, &|n| env.get(n))
+                    .map_err(|missing| Failure::new("auth:missing_env", missing))?;
+                let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                    Failure::new("auth:bad", format!("`{name}` is not a header name"))
+                })?;
+                headers.insert(header, header_value(&value, &credential.name())?);
+            }
+        }
+        Credential::Query { param, env: name } => {
+            let value = env.require(name)?;
+            url.query_pairs_mut().append_pair(param, &value);
+            secrets.push(value);
+        }
+    }
+    Ok(())
+}
+
+impl HttpRunner {
+    async fn request(&self, call: Call<'_>) -> Result<Ran, Failure> {
+        let p = prepare(&call)?;
+        let breaker = call.invoker.breaker();
+        let admitted = match &p.credential_name {
+            Some(name) => Some((name.as_str(), breaker.admit(name).await?)),
+            None => None,
+        };
+        let mut req = self.client.request(p.method, p.url).headers(p.headers);
+        if let Some(body) = p.body {
+            req = req.body(body);
+        }
+        let cfg = &self.config;
+        let mut resp = req.send().await.map_err(|e| {
+            Failure::new(
+                "http:fetch",
+                scrub(
+                    fetch_reason(e, cfg.connect_timeout, cfg.timeout),
+                    &p.secrets,
+                ),
+            )
+        })?;
+        let status = resp.status();
+        if let Some((name, before)) = admitted {
+            breaker.record(name, status.as_u16(), before).await;
+        }
+        let (body, truncated) = read_capped(&mut resp, cfg.max_body_bytes)
+            .await
+            .map_err(|e| {
+                Failure::new(
+                    "http:fetch",
+                    scrub(
+                        format!(
+                            "reading the {} response: {}",
+                            status.as_u16(),
+                            fetch_reason(e, cfg.connect_timeout, cfg.timeout)
+                        ),
+                        &p.secrets,
+                    ),
+                )
+            })?;
+        let body = scrub(body, &p.secrets);
+        if status.is_success() {
+            let mut out = format!("HTTP {}:{body}", status.as_u16());
+            if truncated {
+                out.push_str(&format!(
+                    "\n[capdir: response truncated at {} bytes]",
+                    cfg.max_body_bytes
+                ));
+            }
+            Ok(Ran {
+                result: Ok(out),
+                usage: Default::default(),
+                truncated,
+            })
+        } else {
+            let mut detail = truncate_chars(&body, cfg.error_body_chars).to_string();
+            if status.is_redirection()
+                && let Some(loc) = resp.headers().get(reqwest::header::LOCATION)
+            {
+                detail = format!(
+                    "redirect to another origin not followed: {}",
+                    String::from_utf8_lossy(loc.as_bytes())
+                );
+            }
+            Ok(Ran {
+                result: Err(Failure::new(
+                    format!("http:{}", status.as_u16()),
+                    scrub(detail, &p.secrets),
+                )),
+                usage: Default::default(),
+                truncated,
+            })
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Runners: the four ways a row executes (DESIGN.md §3), behind one trait.
+//!
+//! The invoker does everything that is the same for every row — find it, map and validate the
+//! arguments, time it, classify the result — and hands a runner only the row and its positional
+//! pieces. A runner answers text or a named `Failure`; it never panics on input and never puts a
+//! secret in what it returns.
+
+pub mod agent;
+pub mod flow;
+pub mod fn_runner;
+pub mod http;
+
+use crate::invoke::Invoker;
+use crate::invoke::outcome::{Failure, Usage};
+use crate::invoke::rowset::Callable;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a runner is handed.
+#[derive(Clone, Copy)]
+pub struct Call<'a> {
+    pub callable: &'a Callable,
+    /// The positional pieces `$1`, `$2`, … refer to, already validated.
+    pub args: &'a [String],
+    /// For runners that call other rows (flows) and for shared state (credentials, breaker).
+    pub invoker: &'a Invoker,
+    /// Keys of the flows this call runs inside, outermost first.
+    pub stack: &'a [String],
+}
+
+/// What a runner answers: the result, and what it used on the way (also on failure: a flow
+/// that fails at step 3 has still paid for steps 1 and 2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ran {
+    pub result: Result<String, Failure>,
+    pub usage: Usage,
+    /// A response was cut at the size cap.
+    pub truncated: bool,
+}
+
+impl Ran {
+    pub fn ok(output: impl Into<String>) -> Ran {
+        Ran {
+            result: Ok(output.into()),
+            usage: Usage::default(),
+            truncated: false,
+        }
+    }
+
+    pub fn fail(failure: Failure) -> Ran {
+        Ran {
+            result: Err(failure),
+            usage: Usage::default(),
+            truncated: false,
+        }
+    }
+}
+
+impl From<Result<String, Failure>> for Ran {
+    fn from(result: Result<String, Failure>) -> Ran {
+        Ran {
+            result,
+            usage: Usage::default(),
+            truncated: false,
+        }
+    }
+}
+
+/// Boxed so runners can be held as trait objects and flows can recurse.
+pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Ran> + Send + 'a>>;
+
+/// One way of executing a row.
+pub trait Runner: Send + Sync {
+    /// The name rows select it by (`type`, or `runner` when set).
+    fn name(&self) -> &'static str;
+    fn run<'a>(&'a self, call: Call<'a>) -> RunFuture<'a>;
+}
+
+/// Where credentials are read from, at call time. Tests use `Fixed` so they need not touch
+/// the process environment, which is shared by every test thread.
+#[derive(Clone, Debug, Default)]
+pub enum Environment {
+    #[default]
+    Process,
+    Fixed(Arc<HashMap<String, String>>),
+}
+
+impl Environment {
+    pub fn fixed<K: Into<String>, V: Into<String>>(
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Environment {
+        Environment::Fixed(Arc::new(
+            vars.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        ))
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        match self {
+            Environment::Process => std::env::var(name).ok(),
+            Environment::Fixed(map) => map.get(name).cloned(),
+        }
+    }
+
+    /// The variable's value, or `ERR:auth:missing_env:<NAME>` (never the value).
+    pub fn require(&self, name: &str) -> Result<String, Failure> {
+        self.get(name)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| Failure::new("auth:missing_env", name))
+    }
+}
+
+/// At most `n` characters of `s`.
+pub fn truncate_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Read a response body, stopping at `cap` bytes. True when more was there.
+pub async fn read_capped(
+    resp: &mut reqwest::Response,
+    cap: usize,
+) -> Result<(String, bool), reqwest::Error> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut truncated = false;
+    while let Some(chunk) = resp.chunk().await? {
+        let room = cap - buf.len();
+        if chunk.len() > room {
+            buf.extend_from_slice(&chunk[..room]);
+            truncated = true;
+            break;
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok((String::from_utf8_lossy(&buf).into_owned(), truncated))
+}
+
+/// Why a request failed, without the URL (a `query:` credential lives in it) and with each
+/// cause once.
+pub fn fetch_reason(e: reqwest::Error, connect_timeout: Duration, timeout: Duration) -> String {
+    if e.is_timeout() {
+        return if e.is_connect() {
+            format!("connect timed out after {} ms", connect_timeout.as_millis())
+        } else {
+            format!("timed out after {} ms", timeout.as_millis())
+        };
+    }
+    let e = e.without_url();
+    let mut parts: Vec<String> = Vec::new();
+    let mut source: Option<&dyn std::error::Error> = Some(&e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+/// Replace every secret value in `text` (a server may echo a key back in an error body).
+/// Only the values themselves: a shape scan would also cut legitimate response data.
+pub fn scrub(mut text: String, secrets: &[String]) -> String {
+    for s in secrets.iter().filter(|s| s.len() >= 4) {
+        if text.contains(s.as_str()) {
+            text = text.replace(s.as_str(), "[REDACTED]");
+        }
+    }
+    text
+}
+
+/// The user agent every outgoing request carries.
+pub const USER_AGENT: &str = concat!("capdir/", env!("CARGO_PKG_VERSION"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncates_on_char_boundaries() {
+        assert_eq!(truncate_chars("héllo", 2), "hé");
+        assert_eq!(truncate_chars("hi", 5), "hi");
+    }
+
+    #[test]
+    fn missing_env_names_the_variable_only() {
+        let env = Environment::fixed([("A", "secret-value")]);
+        assert_eq!(env.require("A").unwrap(), "secret-value");
+        assert_eq!(
+            env.require("B").unwrap_err().render(),
+            "ERR:auth:missing_env:B"
+        );
+    }
+}

@@ -1,0 +1,748 @@
+//! The row: one capability, parsed strictly from `catalogue/KEY.yaml`.
+//!
+//! Parsing is two reads of the same text: serde_yaml gives the values, marked-yaml gives the
+//! line and column of every top-level field, so a diagnostic can point at the field itself.
+//! Problems are collected as diagnostics rather than returned as the first error, and no input
+//! (binary junk, huge files, odd YAML) makes this module panic.
+
+pub mod args;
+pub mod builtins;
+pub mod call;
+pub mod catalogue;
+pub mod credential;
+pub mod diag;
+pub mod flow;
+pub mod target;
+pub mod template;
+pub mod urls;
+
+use crate::row::diag::{Diagnostic, did_you_mean};
+use serde::Serialize;
+use serde_json::Value as Json;
+use serde_yaml::Value as Yaml;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Row files larger than this are refused before parsing: a capability is a few KB.
+pub const MAX_ROW_BYTES: usize = 256 * 1024;
+
+/// Every field a row may have, in the order the design lists them.
+pub const FIELDS: &[&str] = &[
+    "key",
+    "type",
+    "target",
+    "auth",
+    "content",
+    "category",
+    "allowed_categories",
+    "seq",
+    "enabled",
+    "planner_visible",
+    "planner_rank",
+    "input_schema",
+    "examples",
+    "sensitive",
+    "runner",
+    "includes",
+    "asks",
+];
+
+/// Which runner executes a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowType {
+    Fn,
+    Http,
+    Agent,
+    Flow,
+}
+
+impl RowType {
+    pub const ALL: [RowType; 4] = [RowType::Fn, RowType::Http, RowType::Agent, RowType::Flow];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowType::Fn => "fn",
+            RowType::Http => "http",
+            RowType::Agent => "agent",
+            RowType::Flow => "flow",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RowType> {
+        RowType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+/// The `#` lines at the top of `content`, by tag.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Docstring {
+    pub what: Option<String>,
+    pub when_to_use: Option<String>,
+    pub args: Option<String>,
+    pub ex: Option<String>,
+    pub output: Option<String>,
+    /// `#` lines without a known tag, kept for the contract.
+    pub notes: Vec<String>,
+}
+
+/// `content` split into its docstring and its executable payload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Content {
+    pub doc: Docstring,
+    pub payload: String,
+    /// 0-based line of the payload's first line within `content`.
+    pub payload_line: usize,
+}
+
+/// Split `content` into the leading `#` lines (blank lines among them allowed) and the rest.
+pub fn split_content(content: &str) -> Content {
+    let lines: Vec<&str> = content.lines().collect();
+    let mut doc = Docstring::default();
+    let mut i = 0;
+    while i < lines.len() {
+        let t = lines[i].trim();
+        if t.is_empty() {
+            i += 1;
+            continue;
+        }
+        let Some(rest) = t.strip_prefix('#') else {
+            break;
+        };
+        let rest = rest.trim();
+        let tagged = rest.split_once(':').and_then(|(tag, text)| {
+            let slot = match tag.trim() {
+                "WHAT" => &mut doc.what,
+                "WHEN_TO_USE" => &mut doc.when_to_use,
+                "ARGS" => &mut doc.args,
+                "EX" => &mut doc.ex,
+                "OUTPUT" => &mut doc.output,
+                _ => return None,
+            };
+            let text = text.trim();
+            match slot {
+                Some(prev) if !text.is_empty() => {
+                    prev.push(' ');
+                    prev.push_str(text);
+                }
+                Some(_) => {}
+                None => *slot = Some(text.to_string()),
+            }
+            Some(())
+        });
+        if tagged.is_none() && !rest.is_empty() {
+            doc.notes.push(rest.to_string());
+        }
+        i += 1;
+    }
+    let payload = lines[i.min(lines.len())..]
+        .join("\n")
+        .trim_end()
+        .to_string();
+    Content {
+        doc,
+        payload,
+        payload_line: i,
+    }
+}
+
+/// Where each top-level field sits in the file (1-based line and column), for diagnostics.
+/// Found from the row's text when first asked: a row without problems never asks, and
+/// locating is a second YAML parse (a third of the time of reading a row).
+#[derive(Debug, Clone, Default)]
+pub struct Spans {
+    text: Option<std::sync::Arc<str>>,
+    located: std::sync::OnceLock<Located>,
+}
+
+/// Equal when made from the same text.
+impl PartialEq for Spans {
+    fn eq(&self, other: &Spans) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Spans {}
+
+#[derive(Debug, Clone, Default)]
+struct Located {
+    keys: BTreeMap<String, (usize, usize)>,
+    values: BTreeMap<String, (usize, usize)>,
+    /// Positions of the items of list-valued fields (`examples`, `asks`, …).
+    items: BTreeMap<String, Vec<(usize, usize)>>,
+    /// 1-based file line of the first line of `content`'s text.
+    content_line: usize,
+}
+
+impl Spans {
+    /// The spans of `text`, found when first asked for.
+    pub fn of(text: &str) -> Spans {
+        Spans {
+            text: Some(text.into()),
+            located: Default::default(),
+        }
+    }
+
+    fn located(&self) -> &Located {
+        self.located
+            .get_or_init(|| self.text.as_deref().map(locate).unwrap_or_default())
+    }
+
+    /// Position of a field's value, else its key, else the top of the file.
+    pub fn value(&self, field: &str) -> (usize, usize) {
+        let l = self.located();
+        l.values
+            .get(field)
+            .or_else(|| l.keys.get(field))
+            .copied()
+            .unwrap_or((1, 1))
+    }
+
+    /// Position of item `i` of a list field, else the field's value.
+    pub fn item(&self, field: &str, i: usize) -> (usize, usize) {
+        self.located()
+            .items
+            .get(field)
+            .and_then(|v| v.get(i))
+            .copied()
+            .unwrap_or_else(|| self.value(field))
+    }
+
+    pub fn key(&self, field: &str) -> (usize, usize) {
+        self.located().keys.get(field).copied().unwrap_or((1, 1))
+    }
+
+    /// 1-based file line of the first line of `content`'s text; 0 when unknown.
+    pub fn content_line(&self) -> usize {
+        self.located().content_line
+    }
+
+    /// File line of line `n` (0-based) of `content`.
+    pub fn content_at(&self, n: usize) -> (usize, usize) {
+        match self.content_line() {
+            0 => self.value("content"),
+            line => (line + n, 3),
+        }
+    }
+}
+
+/// One capability, as parsed and typed. Fields mirror DESIGN.md §1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Unique key; equals the file stem.
+    pub key: String,
+    /// Which runner executes the row.
+    pub kind: RowType,
+    /// fn builtin, `METHOD url`, model id, or empty for flows.
+    pub target: String,
+    /// How to apply a credential named by environment variable; empty = none.
+    pub auth: String,
+    /// Docstring lines then the payload, verbatim.
+    pub content: String,
+    /// Grouping label.
+    pub category: String,
+    /// Agent rows: categories their tool listing is limited to.
+    pub allowed_categories: Vec<String>,
+    /// Manual ordinal.
+    pub seq: Option<i64>,
+    /// False hides the row from every projection.
+    pub enabled: bool,
+    /// False keeps it invocable but out of planners and MCP.
+    pub planner_visible: bool,
+    /// Tie-break among candidates; lower first.
+    pub planner_rank: i64,
+    /// Typed arguments, as JSON Schema.
+    pub input_schema: Option<Json>,
+    /// Worked argument strings.
+    pub examples: Vec<String>,
+    /// Only high-risk credentials may run it.
+    pub sensitive: bool,
+    /// Overrides the runner inferred from `type`.
+    pub runner: String,
+    /// Agent rows: prompt-block rows composed in front of `content`.
+    pub includes: Vec<String>,
+    /// Requests that must find this row.
+    pub asks: Vec<String>,
+    /// The parsed docstring and payload.
+    pub parsed: Content,
+    /// The file it came from, relative to where the catalogue was read.
+    pub path: PathBuf,
+    pub spans: Spans,
+}
+
+impl Row {
+    pub fn doc(&self) -> &Docstring {
+        &self.parsed.doc
+    }
+
+    pub fn payload(&self) -> &str {
+        &self.parsed.payload
+    }
+
+    pub fn what(&self) -> &str {
+        self.parsed.doc.what.as_deref().unwrap_or("")
+    }
+
+    /// The runner that executes this row: `runner` if set, else the type's.
+    pub fn runner_name(&self) -> &str {
+        if self.runner.is_empty() {
+            self.kind.as_str()
+        } else {
+            &self.runner
+        }
+    }
+
+    /// Test-shaped keys stay out of the registry count (DESIGN.md §6).
+    pub fn is_test_shaped(&self) -> bool {
+        is_test_key(&self.key)
+    }
+}
+
+/// The name a category is listed under: rows without one are `uncategorized`.
+pub fn category_name(category: &str) -> &str {
+    if category.is_empty() {
+        "uncategorized"
+    } else {
+        category
+    }
+}
+
+/// `ZZ_TEST_*`, `TEST_*`, `*_TEST`: keys that exist to exercise the system, not to be used.
+pub fn is_test_key(key: &str) -> bool {
+    key.starts_with("ZZ_") || key.starts_with("TEST_") || key.ends_with("_TEST")
+}
+
+/// Key syntax of DESIGN.md §1.
+pub fn is_valid_key(key: &str) -> bool {
+    let b = key.as_bytes();
+    (2..=64).contains(&b.len())
+        && b[0].is_ascii_uppercase()
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_')
+}
+
+/// The result of reading one file: the row when it could be typed, and every problem found.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub row: Option<Row>,
+    pub diags: Vec<Diagnostic>,
+}
+
+/// Parse one row file. `path` is used for diagnostics and the expected key (its stem).
+pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
+    let mut out = Parsed::default();
+    let err = |pos, code, msg: String, help: &str| Diagnostic::error(path, pos, code, msg, help);
+    if bytes.len() > MAX_ROW_BYTES {
+        out.diags.push(err(
+            (1, 1),
+            "file_too_large",
+            format!(
+                "row file is {} bytes; the limit is {MAX_ROW_BYTES}",
+                bytes.len()
+            ),
+            "a row describes one capability in a few KB; move bulk data out of the catalogue",
+        ));
+        return out;
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let (line, col) = line_col(bytes, e.valid_up_to());
+            out.diags.push(err(
+                (line, col),
+                "not_utf8",
+                format!(
+                    "row file is not UTF-8 text (invalid byte at offset {})",
+                    e.valid_up_to()
+                ),
+                "save the file as UTF-8 YAML",
+            ));
+            return out;
+        }
+    };
+    if text.trim().is_empty() {
+        out.diags.push(err(
+            (1, 1),
+            "empty_file",
+            "row file is empty".into(),
+            "write the row's fields, or run `capdir new KEY --type fn` for a scaffold",
+        ));
+        return out;
+    }
+    let value: Yaml = match serde_yaml::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            let pos = e
+                .location()
+                .map(|l| (l.line(), l.column()))
+                .unwrap_or((1, 1));
+            let msg = e.to_string();
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            out.diags.push(err(
+                pos,
+                "yaml_syntax",
+                format!("YAML syntax error: {msg}"),
+                "fix the YAML at this position (indent with spaces, close quotes, one `field: value` a line)",
+            ));
+            return out;
+        }
+    };
+    let Yaml::Mapping(map) = value else {
+        out.diags.push(err(
+            (1, 1),
+            "not_a_mapping",
+            format!(
+                "a row file must be a mapping of fields, found {}",
+                yaml_kind(&value)
+            ),
+            "write the row as `key: …`, `type: …`, `content: |` lines",
+        ));
+        return out;
+    };
+    let spans = Spans::of(text);
+    let mut fields = Fields {
+        path,
+        spans: &spans,
+        diags: &mut out.diags,
+    };
+
+    let mut raw: BTreeMap<&str, &Yaml> = BTreeMap::new();
+    for (k, v) in &map {
+        let Some(name) = k.as_str() else {
+            fields.diags.push(err(
+                (1, 1),
+                "unknown_field",
+                format!("field names must be strings, found {}", yaml_kind(k)),
+                "use one of the row fields: key, type, target, auth, content, …",
+            ));
+            continue;
+        };
+        if let Some(known) = FIELDS.iter().find(|f| **f == name) {
+            raw.insert(known, v);
+            continue;
+        }
+        let help = if name == "created_at" || name == "updated_at" {
+            format!("remove `{name}`: it is derived from the Git history of the file")
+        } else if let Some(s) = did_you_mean(name, FIELDS.iter().copied()) {
+            format!("did you mean `{s}`?")
+        } else {
+            format!("remove it; the row fields are: {}", FIELDS.join(", "))
+        };
+        fields.diags.push(err(
+            spans.key(name),
+            "unknown_field",
+            format!("unknown field `{name}`"),
+            &help,
+        ));
+    }
+
+    let key = fields.string(&raw, "key");
+    let kind_text = fields.string(&raw, "type");
+    let content = fields.string(&raw, "content");
+    let target = fields.string(&raw, "target").unwrap_or_default();
+    let auth = fields.string(&raw, "auth").unwrap_or_default();
+    let category = fields.string(&raw, "category").unwrap_or_default();
+    let runner = fields.string(&raw, "runner").unwrap_or_default();
+    let allowed_categories = fields.strings(&raw, "allowed_categories");
+    let examples = fields.strings(&raw, "examples");
+    let includes = fields.strings(&raw, "includes");
+    let asks = fields.strings(&raw, "asks");
+    let seq = fields.int(&raw, "seq");
+    let planner_rank = fields.int(&raw, "planner_rank").unwrap_or(100);
+    let enabled = fields.boolean(&raw, "enabled").unwrap_or(true);
+    let planner_visible = fields.boolean(&raw, "planner_visible").unwrap_or(true);
+    let sensitive = fields.boolean(&raw, "sensitive").unwrap_or(false);
+    let input_schema = fields.json(&raw, "input_schema");
+
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let key = match key {
+        Some(k) => k,
+        None => {
+            if !raw.contains_key("key") {
+                out.diags.push(err(
+                    (1, 1),
+                    "missing_key",
+                    "row has no `key`".into(),
+                    &format!("add `key: {stem}` (the key equals the file name)"),
+                ));
+            }
+            return out;
+        }
+    };
+    let kind = match kind_text {
+        Some(t) => match RowType::parse(&t) {
+            Some(k) => Some(k),
+            None => {
+                out.diags.push(err(
+                    spans.value("type"),
+                    "bad_type",
+                    format!("unknown row type `{t}`"),
+                    "use one of: fn, http, agent, flow",
+                ));
+                None
+            }
+        },
+        None => {
+            if !raw.contains_key("type") {
+                out.diags.push(err(
+                    spans.key("key"),
+                    "missing_type",
+                    "row has no `type`".into(),
+                    "add `type: fn` (or http, agent, flow)",
+                ));
+            }
+            None
+        }
+    };
+    if content.is_none() && !raw.contains_key("content") {
+        out.diags.push(err(
+            spans.key("key"),
+            "missing_content",
+            "row has no `content`".into(),
+            "add `content: |` with `# WHAT:`, `# WHEN_TO_USE:`, `# ARGS:`, `# EX:`, `# OUTPUT:` lines and the payload",
+        ));
+    }
+    let (Some(kind), Some(content)) = (kind, content) else {
+        return out;
+    };
+    let parsed = split_content(&content);
+    out.row = Some(Row {
+        key,
+        kind,
+        target,
+        auth,
+        content,
+        category,
+        allowed_categories,
+        seq,
+        enabled,
+        planner_visible,
+        planner_rank,
+        input_schema,
+        examples,
+        sensitive,
+        runner,
+        includes,
+        asks,
+        parsed,
+        path: path.to_path_buf(),
+        spans,
+    });
+    out
+}
+
+/// Typed access to the raw field values, recording a `wrong_type` diagnostic on mismatch.
+struct Fields<'a> {
+    path: &'a Path,
+    spans: &'a Spans,
+    diags: &'a mut Vec<Diagnostic>,
+}
+
+impl Fields<'_> {
+    fn wrong(&mut self, field: &str, expected: &str, found: &Yaml) {
+        self.diags.push(Diagnostic::error(
+            self.path,
+            self.spans.value(field),
+            "wrong_type",
+            format!("`{field}` must be {expected}, found {}", yaml_kind(found)),
+            format!("write `{field}` as {expected}"),
+        ));
+    }
+
+    fn string(&mut self, raw: &BTreeMap<&str, &Yaml>, field: &str) -> Option<String> {
+        match raw.get(field)? {
+            Yaml::Null => None,
+            Yaml::String(s) => Some(s.clone()),
+            other => {
+                self.wrong(field, "a string", other);
+                None
+            }
+        }
+    }
+
+    fn strings(&mut self, raw: &BTreeMap<&str, &Yaml>, field: &str) -> Vec<String> {
+        match raw.get(field) {
+            None | Some(Yaml::Null) => Vec::new(),
+            Some(Yaml::Sequence(items)) if items.iter().all(|i| i.is_string()) => items
+                .iter()
+                .filter_map(|i| i.as_str().map(str::to_string))
+                .collect(),
+            Some(other) => {
+                self.wrong(field, "a list of strings", other);
+                Vec::new()
+            }
+        }
+    }
+
+    fn int(&mut self, raw: &BTreeMap<&str, &Yaml>, field: &str) -> Option<i64> {
+        match raw.get(field)? {
+            Yaml::Null => None,
+            Yaml::Number(n) if n.as_i64().is_some() => n.as_i64(),
+            other => {
+                self.wrong(field, "a whole number", other);
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, raw: &BTreeMap<&str, &Yaml>, field: &str) -> Option<bool> {
+        match raw.get(field)? {
+            Yaml::Null => None,
+            Yaml::Bool(b) => Some(*b),
+            other => {
+                self.wrong(field, "a boolean (true or false)", other);
+                None
+            }
+        }
+    }
+
+    fn json(&mut self, raw: &BTreeMap<&str, &Yaml>, field: &str) -> Option<Json> {
+        match raw.get(field)? {
+            Yaml::Null => None,
+            v @ Yaml::Mapping(_) => match serde_json::to_value(v) {
+                Ok(j) => Some(j),
+                Err(e) => {
+                    self.diags.push(Diagnostic::error(
+                        self.path,
+                        self.spans.value(field),
+                        "bad_input_schema",
+                        format!("`{field}` cannot be read as JSON: {e}"),
+                        "use string keys and plain values (JSON Schema written as YAML)",
+                    ));
+                    None
+                }
+            },
+            other => {
+                self.wrong(field, "a mapping (a JSON Schema written as YAML)", other);
+                None
+            }
+        }
+    }
+}
+
+fn yaml_kind(v: &Yaml) -> String {
+    match v {
+        Yaml::Null => "nothing (null)".into(),
+        Yaml::Bool(b) => format!("a boolean `{b}`"),
+        Yaml::Number(n) => format!("a number `{n}`"),
+        Yaml::String(s) => format!("a string {:?}", truncate(s, 40)),
+        Yaml::Sequence(_) => "a list".into(),
+        Yaml::Mapping(_) => "a mapping".into(),
+        Yaml::Tagged(t) => format!("a tagged value `{}`", t.tag),
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n).collect::<String>())
+    }
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
+    let before = &bytes[..offset.min(bytes.len())];
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let col = before.iter().rev().take_while(|b| **b != b'\n').count() + 1;
+    (line, col)
+}
+
+/// Positions of the top-level fields, from marked-yaml; a line scan when it cannot parse.
+fn locate(text: &str) -> Located {
+    let mut spans = Located::default();
+    match marked_yaml::parse_yaml(0, text) {
+        Ok(node) => {
+            if let Some(map) = node.as_mapping() {
+                for (k, v) in map.iter() {
+                    if let Some(m) = k.span().start() {
+                        spans
+                            .keys
+                            .insert(k.as_str().to_string(), (m.line(), m.column()));
+                    }
+                    if let Some(m) = v.span().start() {
+                        spans
+                            .values
+                            .insert(k.as_str().to_string(), (m.line(), m.column()));
+                    }
+                    if let Some(seq) = v.as_sequence() {
+                        let items = seq
+                            .iter()
+                            .map(|n| {
+                                n.span()
+                                    .start()
+                                    .map(|m| (m.line(), m.column()))
+                                    .unwrap_or((0, 0))
+                            })
+                            .collect();
+                        spans.items.insert(k.as_str().to_string(), items);
+                    }
+                }
+            }
+        }
+        Err(_) => {
+            for (i, line) in text.lines().enumerate() {
+                if let Some((name, _)) = line.split_once(':')
+                    && !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    spans.keys.entry(name.to_string()).or_insert((i + 1, 1));
+                }
+            }
+        }
+    }
+    if let Some(&(line, _)) = spans.keys.get("content") {
+        let after = text
+            .lines()
+            .nth(line - 1)
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, rest)| rest.trim_start())
+            .unwrap_or("");
+        spans.content_line = if after.starts_with('|') || after.starts_with('>') {
+            line + 1
+        } else {
+            let at = spans
+                .values
+                .get("content")
+                .or_else(|| spans.keys.get("content"));
+            at.map_or(1, |p| p.0)
+        };
+    }
+    spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docstring_and_payload_split() {
+        let c = split_content("# WHAT: hashes\n# ARGS: $1=text\n\n# free note\n[\"$1\"]\nmore");
+        assert_eq!(c.doc.what.as_deref(), Some("hashes"));
+        assert_eq!(c.doc.args.as_deref(), Some("$1=text"));
+        assert_eq!(c.doc.notes, vec!["free note"]);
+        assert_eq!(c.payload, "[\"$1\"]\nmore");
+        assert_eq!(c.payload_line, 4);
+    }
+
+    #[test]
+    fn keys() {
+        assert!(is_valid_key("NOW"));
+        assert!(is_valid_key("GITHUB_LIST_ISSUES"));
+        assert!(!is_valid_key("N"));
+        assert!(!is_valid_key("lower"));
+        assert!(!is_valid_key("_X"));
+        assert!(!is_valid_key(&"A".repeat(65)));
+    }
+
+    #[test]
+    fn field_positions() {
+        let text = "key: A_B\ntype: fn\ncontent: |\n  # WHAT: x\n  [\"$1\"]\n";
+        let p = parse_row(Path::new("A_B.yaml"), text.as_bytes());
+        let row = p.row.expect("row");
+        assert_eq!(row.spans.key("type"), (2, 1));
+        assert_eq!(row.spans.content_line(), 4);
+        assert_eq!(row.parsed.payload, "[\"$1\"]");
+    }
+}

@@ -1,0 +1,525 @@
+//! Ask: plain words in, ranked rows out. A tantivy BM25 index over each row's key words,
+//! docstring fields, category and asks, with English stemming, stop words and field boosts.
+//!
+//! The index is built once per build into `site/index/` as a single segment whose documents
+//! are in key order, so a hit's document id is its position in the sidecar `rows.json`; no
+//! stored fields are read at query time. Segment files get a name derived from their content,
+//! so the same catalogue builds the same bytes.
+
+pub mod ask;
+pub mod eval;
+
+use crate::row::Row;
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::path::Path;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+    TokenStream,
+};
+use tantivy::{Index, IndexReader, Term, collector::TopDocs, doc};
+
+const ANALYZER: &str = "capdir_en";
+
+/// At most this many distinct terms of a request are scored: the rarest ones.
+pub const MAX_QUERY_TERMS: usize = 24;
+
+/// Per-field weights, chosen by measurement on the labelled set (see `capdir eval`).
+/// Three fields keep long requests cheap: each term costs one clause per field.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Boosts {
+    /// The key's words.
+    pub key: f32,
+    /// The `# WHAT:` line.
+    pub what: f32,
+    /// WHEN_TO_USE, ARGS, OUTPUT, category and asks, as one field.
+    pub more: f32,
+}
+
+impl Default for Boosts {
+    fn default() -> Self {
+        Boosts {
+            key: 1.0,
+            what: 1.0,
+            more: 0.6,
+        }
+    }
+}
+
+impl std::str::FromStr for Boosts {
+    type Err = String;
+
+    /// `key=2,what=1`: the named fields changed, the rest at their defaults.
+    fn from_str(s: &str) -> Result<Boosts, String> {
+        let mut b = Boosts::default();
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}` is not field=weight"))?;
+            let v: f32 = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{value}` is not a number"))?;
+            let slot = match name.trim() {
+                "key" => &mut b.key,
+                "what" => &mut b.what,
+                "more" => &mut b.more,
+                other => return Err(format!("unknown field `{other}` (key, what, more)")),
+            };
+            *slot = v;
+        }
+        Ok(b)
+    }
+}
+
+/// What a hit says about its row, without opening the snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RowMeta {
+    pub key: String,
+    pub what: String,
+    pub category: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub planner_rank: i64,
+    /// An example argument string, for run-now URLs.
+    pub ex: String,
+}
+
+/// One ranked candidate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    pub key: String,
+    pub score: f32,
+    pub what: String,
+    pub category: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+struct Fields {
+    /// The row's position in `rows.json`: fast field, read per hit.
+    ord: Field,
+    key: Field,
+    what: Field,
+    more: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let text = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(ANALYZER)
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
+    let fields = Fields {
+        ord: b.add_u64_field("ord", tantivy::schema::FAST),
+        key: b.add_text_field("key", text.clone()),
+        what: b.add_text_field("what", text.clone()),
+        more: b.add_text_field("more", text),
+    };
+    (b.build(), fields)
+}
+
+fn fields_of(schema: &Schema) -> Result<Fields> {
+    let f = |n: &str| {
+        schema
+            .get_field(n)
+            .with_context(|| format!("index has no field `{n}`"))
+    };
+    Ok(Fields {
+        ord: f("ord")?,
+        key: f("key")?,
+        what: f("what")?,
+        more: f("more")?,
+    })
+}
+
+/// Lower-case, English stop words out, Porter-style stems.
+pub fn analyzer() -> TextAnalyzer {
+    let stop = StopWordFilter::new(Language::English).expect("tantivy ships English stop words");
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .filter(stop)
+        .filter(Stemmer::new(Language::English))
+        .build()
+}
+
+/// `GITHUB_LIST_ISSUES` → `github list issues`; a part that is several words run together
+/// (`WEATHERWHIZ`) is also split into words the catalogue itself uses, when it can be wholly.
+pub fn key_words(key: &str, vocabulary: &HashSet<String>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for part in key.split('_').filter(|w| !w.is_empty()) {
+        let part = part.to_lowercase();
+        if part.len() >= 6
+            && !vocabulary.contains(&part)
+            && let Some(pieces) = segment(&part, vocabulary)
+        {
+            out.extend(pieces);
+        }
+        out.push(part);
+    }
+    out.join(" ")
+}
+
+/// Split `word` into the fewest vocabulary words of three letters or more, if possible.
+fn segment(word: &str, vocabulary: &HashSet<String>) -> Option<Vec<String>> {
+    let b = word.as_bytes();
+    if !word.is_ascii() {
+        return None;
+    }
+    // best[i]: fewest pieces covering word[..i], and where the last piece starts.
+    let mut best: Vec<Option<(usize, usize)>> = vec![None; b.len() + 1];
+    best[0] = Some((0, 0));
+    for end in 3..=b.len() {
+        for start in 0..=end - 3 {
+            let Some((n, _)) = best[start] else { continue };
+            if vocabulary.contains(&word[start..end]) && best[end].is_none_or(|(m, _)| n + 1 < m) {
+                best[end] = Some((n + 1, start));
+            }
+        }
+    }
+    let (n, _) = best[b.len()]?;
+    if n < 2 {
+        return None;
+    }
+    let mut pieces = Vec::new();
+    let mut end = b.len();
+    while end > 0 {
+        let (_, start) = best[end]?;
+        pieces.push(word[start..end].to_string());
+        end = start;
+    }
+    pieces.reverse();
+    Some(pieces)
+}
+
+/// The words the catalogue's own text uses, for splitting run-together key parts.
+fn vocabulary(rows: &[&Row]) -> HashSet<String> {
+    let mut v = HashSet::new();
+    for r in rows {
+        let d = r.doc();
+        let texts = [
+            d.what.as_deref(),
+            d.when_to_use.as_deref(),
+            d.output.as_deref(),
+        ];
+        for t in texts
+            .into_iter()
+            .flatten()
+            .chain(r.asks.iter().map(String::as_str))
+        {
+            for w in t.split(|c: char| !c.is_ascii_alphabetic()) {
+                if w.len() >= 3 {
+                    v.insert(w.to_lowercase());
+                }
+            }
+        }
+    }
+    v
+}
+
+fn meta(row: &Row) -> RowMeta {
+    RowMeta {
+        key: row.key.clone(),
+        what: row.what().to_string(),
+        category: row.category.clone(),
+        kind: row.kind.as_str().to_string(),
+        planner_rank: row.planner_rank,
+        ex: crate::row::call::example_of(row),
+    }
+}
+
+/// An open index, ready to answer.
+pub struct Searcher {
+    reader: IndexReader,
+    fields: Fields,
+    /// Every indexed term, with a bit per field that holds it: query terms the index lacks
+    /// never become clauses, which keeps long questions cheap.
+    vocabulary: std::collections::HashMap<String, (u8, u32)>,
+    rows: Vec<RowMeta>,
+    /// Key → position in `rows`, for `meta` on the ask path.
+    by_key: std::collections::HashMap<String, usize>,
+    boosts: Boosts,
+    analyzer: TextAnalyzer,
+}
+
+fn add_rows(index: &Index, fields: &Fields, rows: &[&Row]) -> Result<()> {
+    let mut writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 50_000_000)?;
+    let vocabulary = vocabulary(rows);
+    for (i, r) in rows.iter().enumerate() {
+        let d = r.doc();
+        writer.add_document(doc!(
+            fields.ord => i as u64,
+            fields.key => key_words(&r.key, &vocabulary),
+            fields.what => d.what.clone().unwrap_or_default(),
+            fields.more => [
+                d.when_to_use.as_deref().unwrap_or(""),
+                d.args.as_deref().unwrap_or(""),
+                d.output.as_deref().unwrap_or(""),
+                &r.category.replace('-', " "),
+                &r.asks.join("\n"),
+            ]
+            .join("\n"),
+        ))?;
+    }
+    writer.commit()?;
+    writer.wait_merging_threads()?;
+    Ok(())
+}
+
+/// The rows an index holds: enabled ones, in key order.
+fn indexable(rows: &[Row]) -> Vec<&Row> {
+    let mut v: Vec<&Row> = rows.iter().filter(|r| r.enabled).collect();
+    v.sort_by(|a, b| a.key.cmp(&b.key));
+    v
+}
+
+/// Write the index of `rows` into `dir` (created), deterministically.
+pub fn build_index(dir: &Path, rows: &[Row]) -> Result<usize> {
+    let rows = indexable(rows);
+    std::fs::create_dir_all(dir)?;
+    let (schema, fields) = schema();
+    let index = Index::create_in_dir(dir, schema)?;
+    index.tokenizers().register(ANALYZER, analyzer());
+    add_rows(&index, &fields, &rows)?;
+    drop(index);
+    let metas: Vec<RowMeta> = rows.iter().map(|r| meta(r)).collect();
+    std::fs::write(dir.join("rows.json"), serde_json::to_vec(&metas)?)?;
+    make_deterministic(dir)?;
+    Ok(rows.len())
+}
+
+/// Rename the segment's files from their random id to one derived from the rows, and drop
+/// lock files, so two builds of the same catalogue are byte-identical.
+fn make_deterministic(dir: &Path) -> Result<()> {
+    for lock in [".tantivy-writer.lock", ".tantivy-meta.lock"] {
+        let _ = std::fs::remove_file(dir.join(lock));
+    }
+    let meta_path = dir.join("meta.json");
+    let meta = std::fs::read_to_string(&meta_path)?;
+    let v: serde_json::Value = serde_json::from_str(&meta)?;
+    let Some(segments) = v["segments"].as_array() else {
+        return Ok(());
+    };
+    let rows = std::fs::read(dir.join("rows.json"))?;
+    let mut meta = meta.clone();
+    let mut managed = std::fs::read_to_string(dir.join(".managed.json")).unwrap_or_default();
+    for (i, seg) in segments.iter().enumerate() {
+        let Some(old) = seg["segment_id"].as_str() else {
+            continue;
+        };
+        let mut h = Sha256::new();
+        h.update(&rows);
+        h.update(i.to_le_bytes());
+        let new = hex::encode(&h.finalize()[..16]);
+        let old_simple = old.replace('-', "");
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(rest) = name.strip_prefix(&old_simple) {
+                std::fs::rename(dir.join(&name), dir.join(format!("{new}{rest}")))?;
+            }
+        }
+        let new_dashed = format!(
+            "{}-{}-{}-{}-{}",
+            &new[..8],
+            &new[8..12],
+            &new[12..16],
+            &new[16..20],
+            &new[20..]
+        );
+        meta = meta.replace(old, &new_dashed).replace(&old_simple, &new);
+        managed = managed.replace(&old_simple, &new);
+    }
+    std::fs::write(&meta_path, meta)?;
+    // The managed-file list is written from a hash set: sort it.
+    if let Ok(mut files) = serde_json::from_str::<Vec<String>>(&managed) {
+        files.sort();
+        std::fs::write(dir.join(".managed.json"), serde_json::to_vec(&files)?)?;
+    }
+    Ok(())
+}
+
+fn positions(rows: &[RowMeta]) -> std::collections::HashMap<String, usize> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, m)| (m.key.clone(), i))
+        .collect()
+}
+
+impl Fields {
+    /// The searchable text fields, in the order of their bits in the vocabulary.
+    fn text(&self) -> [Field; 3] {
+        [self.key, self.what, self.more]
+    }
+}
+
+/// Term → (a bit per field holding it, its largest document frequency in any field).
+fn term_fields(
+    reader: &IndexReader,
+    fields: &Fields,
+) -> Result<std::collections::HashMap<String, (u8, u32)>> {
+    let mut vocabulary = std::collections::HashMap::new();
+    let searcher = reader.searcher();
+    for segment in searcher.segment_readers() {
+        for (bit, field) in fields.text().into_iter().enumerate() {
+            let inverted = segment.inverted_index(field)?;
+            let mut terms = inverted.terms().stream()?;
+            while terms.advance() {
+                if let Ok(t) = std::str::from_utf8(terms.key()) {
+                    let df = terms.value().doc_freq;
+                    let e = vocabulary.entry(t.to_string()).or_insert((0u8, 0u32));
+                    e.0 |= 1 << bit;
+                    e.1 = e.1.max(df);
+                }
+            }
+        }
+    }
+    Ok(vocabulary)
+}
+
+impl Searcher {
+    /// Open `site/index`.
+    pub fn open(dir: &Path) -> Result<Searcher> {
+        let index = Index::open_in_dir(dir)
+            .with_context(|| format!("opening the search index in {}", dir.display()))?;
+        index.tokenizers().register(ANALYZER, analyzer());
+        let fields = fields_of(&index.schema())?;
+        let rows: Vec<RowMeta> = serde_json::from_slice(&std::fs::read(dir.join("rows.json"))?)?;
+        let reader = index.reader()?;
+        Ok(Searcher {
+            vocabulary: term_fields(&reader, &fields)?,
+            reader,
+            fields,
+            by_key: positions(&rows),
+            rows,
+            boosts: Boosts::default(),
+            analyzer: analyzer(),
+        })
+    }
+
+    /// An index in memory, for `check`'s asks gate and for tests.
+    pub fn in_memory(rows: &[Row]) -> Result<Searcher> {
+        let rows = indexable(rows);
+        let (schema, fields) = schema();
+        let index = Index::create_in_ram(schema);
+        index.tokenizers().register(ANALYZER, analyzer());
+        add_rows(&index, &fields, &rows)?;
+        let reader = index.reader()?;
+        Ok(Searcher {
+            vocabulary: term_fields(&reader, &fields)?,
+            reader,
+            fields,
+            by_key: rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.key.clone(), i))
+                .collect(),
+            rows: rows.iter().map(|r| meta(r)).collect(),
+            boosts: Boosts::default(),
+            analyzer: analyzer(),
+        })
+    }
+
+    pub fn with_boosts(mut self, boosts: Boosts) -> Searcher {
+        self.boosts = boosts;
+        self
+    }
+
+    /// What the index knows of a row.
+    pub fn meta(&self, key: &str) -> Option<&RowMeta> {
+        self.by_key.get(key).and_then(|&i| self.rows.get(i))
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The analysed terms of a query, each once.
+    fn terms(&self, text: &str) -> Vec<String> {
+        let mut analyzer = self.analyzer.clone();
+        let mut stream = analyzer.token_stream(text);
+        let mut terms: Vec<String> = Vec::new();
+        while stream.advance() {
+            let t = &stream.token().text;
+            if !terms.contains(t) {
+                terms.push(t.clone());
+            }
+        }
+        terms
+    }
+
+    /// The best `limit` rows for `text`, best first; ties go to the lower planner_rank.
+    pub fn ask(&self, text: &str, limit: usize) -> Result<Vec<Hit>> {
+        let terms = self.terms(text);
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let b = self.boosts;
+        let boosts = [b.key, b.what, b.more];
+        // Long requests keep their rarest terms: common words add little to BM25 and a lot
+        // to the work of scoring.
+        let mut known: Vec<(&String, u8, u32)> = terms
+            .iter()
+            .filter_map(|t| self.vocabulary.get(t).map(|&(mask, df)| (t, mask, df)))
+            .collect();
+        known.sort_by_key(|&(_, _, df)| df);
+        known.truncate(MAX_QUERY_TERMS);
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        for (t, mask, _) in known {
+            for (bit, (field, boost)) in self.fields.text().into_iter().zip(boosts).enumerate() {
+                if boost > 0.0 && mask & (1 << bit) != 0 {
+                    let q = TermQuery::new(
+                        Term::from_field_text(field, t),
+                        IndexRecordOption::WithFreqs,
+                    );
+                    clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
+                }
+            }
+        }
+        if clauses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        // A few extra so equal scores can be re-ordered by planner_rank.
+        let top = searcher.search(&query, &TopDocs::with_limit(limit + 8).order_by_score())?;
+        let mut hits: Vec<(f32, &RowMeta)> = Vec::with_capacity(top.len());
+        for (score, addr) in top {
+            let ords = searcher
+                .segment_reader(addr.segment_ord)
+                .fast_fields()
+                .u64("ord")?;
+            if let Some(m) = ords
+                .first(addr.doc_id)
+                .and_then(|o| self.rows.get(o as usize))
+            {
+                hits.push((score, m));
+            }
+        }
+        hits.sort_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then(a.1.planner_rank.cmp(&b.1.planner_rank))
+                .then(a.1.key.cmp(&b.1.key))
+        });
+        Ok(hits
+            .into_iter()
+            .take(limit)
+            .map(|(score, m)| Hit {
+                key: m.key.clone(),
+                score,
+                what: m.what.clone(),
+                category: m.category.clone(),
+                kind: m.kind.clone(),
+            })
+            .collect())
+    }
+}

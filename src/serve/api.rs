@@ -1,0 +1,347 @@
+//! `/api/dispatch` (ask, contract, run-now, confirm, the counts, the registry; and `POST` to
+//! invoke), `/openapi.json` and `/metrics`.
+
+use super::{ApiError, AppState, authenticate};
+use crate::access::auth::{self, Caller};
+use crate::dispatch::{self, DispatchError, InvokeRequest, Invoked, Live};
+use crate::search::ask;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value as Json, json};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct DispatchQuery {
+    ask: Option<String>,
+    key: Option<String>,
+    format: Option<String>,
+    confirm: Option<String>,
+    map: Option<String>,
+    registry: Option<String>,
+    limit: Option<usize>,
+    /// Run-now: the key to invoke.
+    invoke: Option<String>,
+    /// Run-now: the `a|b` body.
+    body: Option<String>,
+    /// A capability token carried in the URL (run-now links, contracts).
+    share: Option<String>,
+}
+
+const QUERY_HELP: &str = "use ?ask=…, ?key=K&format=markdown|json, ?invoke=K&body=…&share=TOKEN, ?confirm=inv_…, ?map=1 or ?registry=1";
+
+/// The caller of a GET: a `share` token in the URL when there is one (a run-now link is
+/// the whole credential; headers are then not read), else the request's headers.
+fn get_caller(
+    state: &AppState,
+    headers: &HeaderMap,
+    share: Option<&str>,
+) -> Result<Caller, ApiError> {
+    match share {
+        Some(token) => Ok(auth::authenticate_share(state.keys(), token)?),
+        None => authenticate(state.keys(), headers),
+    }
+}
+
+/// The formats a contract comes in.
+const FORMATS: [&str; 3] = ["markdown", "md", "json"];
+
+/// The most candidates an ask returns.
+pub const MAX_ASK_LIMIT: usize = 100;
+
+/// Every parameter is checked whichever form is asked, so a malformed one is never ignored.
+fn check_query(q: &DispatchQuery) -> Result<(), ApiError> {
+    if let Some(f) = q.format.as_deref()
+        && !FORMATS.contains(&f)
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_format",
+            format!("format `{f}` is not offered"),
+            "use format=markdown or format=json",
+        ));
+    }
+    if q.limit.is_some_and(|l| l > MAX_ASK_LIMIT) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("limit is at most {MAX_ASK_LIMIT}"),
+            "ask for fewer candidates",
+        ));
+    }
+    if let Some(id) = q.confirm.as_deref() {
+        dispatch::checked_receipt_id(id)?;
+    }
+    Ok(())
+}
+
+pub(super) async fn dispatch_get(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<DispatchQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            e.body_text(),
+            QUERY_HELP,
+        )
+    })?;
+    check_query(&q)?;
+    let live = state.live();
+    if let Some(key) = q.invoke {
+        // Run-now: a model whose only tool is fetching a URL can still run a row.
+        let caller = get_caller(&state, &headers, q.share.as_deref())?;
+        let request = InvokeRequest {
+            key,
+            body: q.body,
+            args: None,
+            repairs: None,
+        };
+        let done = state.dispatcher().dispatch(&caller, request).await?;
+        return Ok(invoked_response(&done));
+    }
+    if let Some(text) = q.ask {
+        let answer = ask::answer(
+            &live.searcher,
+            &text,
+            q.limit.unwrap_or(12),
+            &state.inner.urls,
+        )
+        .map_err(|e| ApiError::internal("search failed", e))?;
+        return Ok(axum::Json(answer).into_response());
+    }
+    if let Some(key) = q.key {
+        let caller = get_caller(&state, &headers, q.share.as_deref())?;
+        return contract(
+            &state,
+            &live,
+            &caller,
+            &key,
+            q.format.as_deref().unwrap_or("markdown"),
+        )
+        .await;
+    }
+    if let Some(id) = q.confirm {
+        return confirm(&state, &id).await;
+    }
+    if q.map.is_some() {
+        return Ok(axum::Json(json!({
+            "commit": live.info.commit,
+            "counts": live.info.counts,
+        }))
+        .into_response());
+    }
+    if q.registry.is_some() {
+        return site_file(&state.site().join("registry.json"), "application/json").await;
+    }
+    // Nothing asked: what can be asked here.
+    let base = &state.inner.urls.base;
+    Ok(axum::Json(json!({
+        "dispatcher": "capdir",
+        "commit": live.info.commit,
+        "forms": {
+            "ask": format!("{base}/api/dispatch?ask=what+you+need"),
+            "contract": format!("{base}/api/dispatch?key=KEY&format=markdown"),
+            "run_now": format!("{base}/api/dispatch?invoke=KEY&body=a|b&share=TOKEN"),
+            "invoke": format!("POST {base}/api/dispatch {{\"key\": \"KEY\", \"body\": \"a|b\"}}"),
+            "confirm": format!("{base}/api/dispatch?confirm=inv_…"),
+            "map": format!("{base}/api/dispatch?map=1"),
+            "registry": format!("{base}/api/dispatch?registry=1"),
+        },
+        "openapi": format!("{base}/openapi.json"),
+    }))
+    .into_response())
+}
+
+async fn site_file(path: &Path, content_type: &'static str) -> Result<Response, ApiError> {
+    match tokio::fs::read(path).await {
+        Ok(bytes) => Ok(([(header::CONTENT_TYPE, content_type)], bytes).into_response()),
+        Err(e) => Err(ApiError::internal(
+            "a site file is missing",
+            anyhow::anyhow!("{}: {e}", path.display()),
+        )),
+    }
+}
+
+async fn contract(
+    state: &AppState,
+    live: &Live,
+    caller: &Caller,
+    key: &str,
+    format: &str,
+) -> Result<Response, ApiError> {
+    let (ext, content_type) = match format {
+        "markdown" | "md" => ("md", "text/markdown; charset=utf-8"),
+        "json" => ("json", "application/json"),
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_format",
+                format!("format `{other}` is not offered"),
+                "use format=markdown or format=json",
+            ));
+        }
+    };
+    // Only keys the catalogue knows reach the file system: no path is built from raw input.
+    let known = live.invoker.rows().get(key);
+    if known.is_none() && !live.tombstones.contains_key(key) {
+        return Err(DispatchError::unknown_key(live.invoker.rows(), key).into());
+    }
+    let path = state.site().join("k").join(format!("{key}.{ext}"));
+    let mut response = site_file(&path, content_type).await?;
+    let Some(callable) = known else {
+        // A removed key answers with its tombstone: when, by which commit, what replaced it.
+        *response.status_mut() = StatusCode::GONE;
+        return Ok(response);
+    };
+    if *caller == Caller::Anonymous {
+        // The static contract as built: it says which kinds of credential the row accepts.
+        return Ok(response);
+    }
+    // Fetched with a credential: what this credential may do with this row, computed now.
+    let affordances = state
+        .dispatcher()
+        .affordances(caller, &callable.row, state.inner.body_limit)
+        .await?;
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| ApiError::internal("a site file is missing", e.into()))?;
+    if ext == "json" {
+        let mut doc: Json = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::internal("a contract is not JSON", e.into()))?;
+        if let Some(obj) = doc.as_object_mut() {
+            obj.insert("affordances".into(), json!(affordances));
+        }
+        return Ok(axum::Json(doc).into_response());
+    }
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    text.push_str(&affordances.markdown());
+    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+}
+
+async fn confirm(state: &AppState, id: &str) -> Result<Response, ApiError> {
+    let r = state.dispatcher().find_receipt(id).await?;
+    Ok(axum::Json(json!({
+        "confirmed": true,
+        "receipt": r.draft.id,
+        "status": r.draft.status,
+        "key": r.draft.key,
+        "input_sha256": r.draft.input_sha256,
+        "output_sha256": r.draft.output_sha256,
+        "contract_sha256": r.draft.contract_sha256,
+        "hash": r.hash,
+    }))
+    .into_response())
+}
+
+pub(super) async fn dispatch_post(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let caller = authenticate(state.keys(), &headers)?;
+    if !state.is_open() {
+        auth::require_credential(&caller)?;
+    }
+    let request = read_request(&state, req).await?;
+    let done = state.dispatcher().dispatch(&caller, request).await?;
+    Ok(invoked_response(&done))
+}
+
+/// The answer to a successful invocation, with its receipt id in a header as well.
+fn invoked_response(done: &Invoked) -> Response {
+    /// The answer to an invocation, written straight from its parts.
+    #[derive(Serialize)]
+    struct Answer<'a> {
+        receipt: &'a str,
+        status: &'a str,
+        key: &'a str,
+        output: &'a str,
+        catalogue_commit: &'a str,
+        duration_ms: f64,
+        truncated: bool,
+    }
+    let receipt = &done.receipt;
+    let mut response = axum::Json(Answer {
+        receipt: &receipt.draft.id,
+        status: &receipt.draft.status,
+        key: &receipt.draft.key,
+        output: &done.output,
+        catalogue_commit: &receipt.draft.catalogue_commit,
+        duration_ms: done.duration.as_secs_f64() * 1000.0,
+        truncated: done.truncated,
+    })
+    .into_response();
+    if let Ok(v) = HeaderValue::from_str(&receipt.draft.id) {
+        response.headers_mut().insert("x-capdir-receipt", v);
+    }
+    response
+}
+
+fn bad_body(message: impl Into<String>) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "bad_body",
+        message,
+        r#"send JSON: {"key": "SHA256", "body": "a|b"} or {"key": …, "args": {…}}"#,
+    )
+}
+
+/// Read and parse an invocation body, refusing one over the body limit with 413.
+async fn read_request(state: &AppState, req: Request) -> Result<InvokeRequest, ApiError> {
+    let limit = state.inner.body_limit;
+    let bytes = axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("the request body is over {limit} bytes"),
+                "send less; large inputs belong behind a URL",
+            )
+        })?;
+    let parsed: InvokeRequest =
+        serde_json::from_slice(&bytes).map_err(|e| bad_body(format!("not an invocation: {e}")))?;
+    if parsed.body.is_some() && parsed.args.is_some() {
+        return Err(bad_body("give either `body` or `args`, not both"));
+    }
+    Ok(parsed)
+}
+
+/// The OpenAPI document of these routes, naming this dispatcher as its server.
+pub(super) async fn openapi(State(state): State<AppState>) -> Response {
+    axum::Json(crate::serve::openapi::document(&state.inner.urls.base)).into_response()
+}
+
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    let dispatcher = state.dispatcher();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP capdir_requests_total HTTP requests received.\n# TYPE capdir_requests_total counter\ncapdir_requests_total {}",
+        state.inner.requests.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP capdir_reloads_total New builds swapped in.\n# TYPE capdir_reloads_total counter\ncapdir_reloads_total {}",
+        dispatcher.reload_count()
+    );
+    out.push_str("# HELP capdir_invocations_total Invocations by status and runner.\n# TYPE capdir_invocations_total counter\n");
+    for ((status, runner), n) in dispatcher.invocation_counts() {
+        let _ = writeln!(
+            out,
+            "capdir_invocations_total{{status=\"{status}\",runner=\"{runner}\"}} {n}"
+        );
+    }
+    let (commits, seconds) = dispatcher.ledger().commit_stats();
+    let _ = writeln!(
+        out,
+        "# HELP capdir_ledger_commit_seconds Time spent committing receipt batches.\n# TYPE capdir_ledger_commit_seconds summary\ncapdir_ledger_commit_seconds_sum {seconds}\ncapdir_ledger_commit_seconds_count {commits}"
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}

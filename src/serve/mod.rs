@@ -1,0 +1,218 @@
+//! The dispatcher over HTTP (DESIGN.md §6): one front for asking, reading contracts, invoking
+//! with a durable receipt, confirming a receipt, the counts, MCP (`/mcp`, in `mcp::http`) and
+//! the static site. This is the only folder that speaks HTTP: the work is `dispatch`'s, and
+//! here its answers and errors become statuses, headers and JSON bodies.
+//!
+//! `app(state)` builds the whole router so tests drive it in-process with `oneshot`. The rows
+//! and the search index live in the `Dispatcher` behind an `ArcSwap`: a poller notices a new
+//! build and swaps them in whole, so every request sees one catalogue from start to end and
+//! none fails during the swap. Files of the site are opened by path on every request, because
+//! a build replaces the site directory by exchanging it.
+
+mod api;
+mod error;
+mod files;
+pub mod mcp;
+pub mod openapi;
+mod receipt;
+
+pub use api::MAX_ASK_LIMIT;
+pub use error::{ApiError, ErrorBody};
+
+use crate::access::auth::{self, Caller, Keys};
+use crate::access::token::TokenKey;
+use crate::dispatch::{self, Dispatcher, Live};
+use crate::invoke::InvokerConfig;
+use crate::ledger::Ledger;
+use crate::row::urls::Urls;
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderMap, header};
+use axum::routing::get;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The largest request body accepted by default.
+pub const DEFAULT_BODY_LIMIT: usize = 256 * 1024;
+
+/// Everything a handler needs; cloning clones an `Arc`.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) inner: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) dispatcher: Arc<Dispatcher>,
+    pub(crate) urls: Urls,
+    pub(crate) body_limit: usize,
+    /// HTTP requests received, for `/metrics`.
+    pub(crate) requests: AtomicU64,
+    pub(crate) mcp: mcp::Endpoint,
+}
+
+/// How a dispatcher is set up.
+pub struct Settings {
+    pub site: PathBuf,
+    pub ledger: Arc<dyn Ledger>,
+    /// `CAPDIR_OWNER_KEY`; without it nobody is the owner.
+    pub owner_key: Option<String>,
+    /// The key capability tokens are signed with; without it every token is refused.
+    pub token_key: Option<TokenKey>,
+    /// `capdir serve --open`: anonymous callers may invoke rows that are not sensitive and
+    /// use no credential (for local use).
+    pub open: bool,
+    /// The dispatcher's public URL: links in answers, and the audience tokens must name.
+    pub base_url: String,
+    pub config: InvokerConfig,
+    pub body_limit: usize,
+    /// Invocations running at once before new ones get 503.
+    pub max_inflight: usize,
+    /// What `/mcp` lists: one tool per row, or the ask/contract/invoke trio.
+    pub mcp: mcp::Options,
+}
+
+impl Settings {
+    pub fn new(site: impl Into<PathBuf>, ledger: Arc<dyn Ledger>) -> Settings {
+        Settings {
+            site: site.into(),
+            ledger,
+            owner_key: None,
+            token_key: None,
+            open: false,
+            base_url: "http://127.0.0.1:8080".into(),
+            config: InvokerConfig::default(),
+            body_limit: DEFAULT_BODY_LIMIT,
+            max_inflight: 1024,
+            mcp: mcp::Options::default(),
+        }
+    }
+}
+
+impl AppState {
+    pub fn new(settings: Settings) -> anyhow::Result<AppState> {
+        let urls = Urls::new(&settings.base_url);
+        let dispatcher = Dispatcher::new(dispatch::Settings {
+            site: settings.site,
+            ledger: settings.ledger,
+            keys: Keys {
+                owner: settings.owner_key.filter(|k| !k.is_empty()),
+                token: settings.token_key,
+            },
+            open: settings.open,
+            audience: urls.base.clone(),
+            config: settings.config,
+            max_inflight: settings.max_inflight,
+        })?;
+        Ok(AppState {
+            inner: Arc::new(Shared {
+                dispatcher: Arc::new(dispatcher),
+                urls,
+                body_limit: settings.body_limit,
+                requests: AtomicU64::new(0),
+                mcp: mcp::Endpoint::new(settings.mcp),
+            }),
+        })
+    }
+
+    /// The core every invocation goes through.
+    pub fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.inner.dispatcher
+    }
+
+    /// What credentials are checked against (for `auth::authenticate`).
+    pub fn keys(&self) -> &Keys {
+        self.inner.dispatcher.keys()
+    }
+
+    /// Whether anonymous callers may invoke rows that are not sensitive and use no credential.
+    pub fn is_open(&self) -> bool {
+        self.inner.dispatcher.is_open()
+    }
+
+    /// The ledger receipts and token revocations live in.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        self.inner.dispatcher.ledger()
+    }
+
+    /// The catalogue requests see now.
+    pub fn live(&self) -> Arc<Live> {
+        self.inner.dispatcher.live()
+    }
+
+    /// The site directory the static files are served from.
+    pub(crate) fn site(&self) -> &Path {
+        self.inner.dispatcher.site()
+    }
+
+    /// Reload when `catalogue.sqlite` changed; true when a new build was swapped in.
+    pub fn reload_if_changed(&self) -> bool {
+        self.inner.dispatcher.reload_if_changed()
+    }
+
+    /// A receiver that changes after every reload.
+    pub fn subscribe_reloads(&self) -> watch::Receiver<u64> {
+        self.inner.dispatcher.subscribe_reloads()
+    }
+
+    /// Poll the site every `every` for a new build, until the runtime stops.
+    pub fn spawn_reloader(&self, every: Duration) {
+        self.inner.dispatcher.spawn_reloader(every);
+    }
+}
+
+/// The dispatcher's routes.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/api/dispatch",
+            get(api::dispatch_get).post(api::dispatch_post),
+        )
+        .route(
+            "/receipt/{id}",
+            get(receipt::receipt).post(receipt::receipt_form),
+        )
+        .route("/metrics", get(api::metrics))
+        .route(
+            "/mcp",
+            get(mcp::http::open_stream)
+                .post(mcp::http::post)
+                .delete(mcp::http::end_session),
+        )
+        .route("/openapi.json", get(api::openapi))
+        .fallback(get(files::static_file))
+        .layer(count_requests(state.inner.clone()))
+        .with_state(state)
+}
+
+/// Counts every request for `/metrics`; a plain map over the request, no boxed middleware.
+fn count_requests(
+    inner: Arc<Shared>,
+) -> tower::util::MapRequestLayer<impl Fn(Request) -> Request + Clone> {
+    tower::util::MapRequestLayer::new(move |req: Request| {
+        inner.requests.fetch_add(1, Ordering::Relaxed);
+        req
+    })
+}
+
+/// The credential a request sends, if any: `x-owner-key: …`, else `Authorization: Bearer …`.
+pub fn sent_credential(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("x-owner-key")
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| {
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+        })
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// Who sent `headers` (`auth::authenticate` on the credential they carry).
+pub fn authenticate(keys: &Keys, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    Ok(auth::authenticate(keys, sent_credential(headers))?)
+}

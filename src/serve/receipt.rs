@@ -1,0 +1,137 @@
+//! `/receipt/ID`: the full receipt for a caller who may read it, as JSON or as a page in the
+//! site's layout, and the page's form that sends a typed credential.
+
+use super::{ApiError, AppState, authenticate};
+use crate::access::auth::{self, Caller};
+use crate::ledger::Receipt;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+pub(super) async fn receipt(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    if wants_html {
+        return Ok(receipt_page(&state, &id, &headers).await);
+    }
+    let caller = authenticate(state.keys(), &headers)?;
+    auth::require_credential(&caller)?;
+    let r = state.dispatcher().find_receipt(&id).await?;
+    may_read_receipt(&caller, &r)?;
+    Ok(axum::Json(r).into_response())
+}
+
+/// Who may read a full receipt: the owner, or the token whose invocation it records.
+fn may_read_receipt(caller: &Caller, r: &Receipt) -> Result<(), ApiError> {
+    auth::require_credential(caller)?;
+    if matches!(caller, Caller::Token(_) if r.draft.actor == caller.actor()) {
+        return Ok(());
+    }
+    Ok(auth::require_owner(caller)?)
+}
+
+/// What the receipt page's form sends: the owner key or a token typed into the page.
+#[derive(Deserialize)]
+pub(super) struct CredentialForm {
+    #[serde(default)]
+    credential: String,
+}
+
+/// `POST /receipt/{id}` from the page's form: the credential arrives as a form field (a
+/// browser cannot put a typed key into a header of a plain navigation) and is checked exactly
+/// as the header would be.
+pub(super) async fn receipt_form(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+    form: Result<axum::Form<CredentialForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let mut headers = HeaderMap::new();
+    if let Ok(axum::Form(f)) = form
+        && !f.credential.trim().is_empty()
+        && let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", f.credential.trim()))
+    {
+        headers.insert(header::AUTHORIZATION, v);
+    }
+    receipt_page(&state, &id, &headers).await
+}
+
+/// The receipt as a page in the site's layout: the full receipt for a caller who may read
+/// it, else the keyless confirmation (status and hashes, as `?confirm=` gives anyone) with a
+/// form for the key; refusals and unknown ids show the same code and fix as the JSON answer.
+async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Response {
+    let keyless = |r: &Receipt| {
+        json!({
+            "key": r.draft.key,
+            "status": r.draft.status,
+            "input_sha256": r.draft.input_sha256,
+            "output_sha256": r.draft.output_sha256,
+            "contract_sha256": r.draft.contract_sha256,
+            "hash": r.hash,
+        })
+    };
+    let found = state
+        .dispatcher()
+        .find_receipt(id)
+        .await
+        .map_err(ApiError::from);
+    let caller = authenticate(state.keys(), headers);
+    let (receipt, full, refusal) = match found {
+        Err(e) => (None, false, Some(e)),
+        Ok(r) => match caller.and_then(|c| match c {
+            Caller::Anonymous => Ok(false),
+            c => may_read_receipt(&c, &r).map(|()| true),
+        }) {
+            Ok(true) => (
+                Some(serde_json::to_value(&r).unwrap_or_default()),
+                true,
+                None,
+            ),
+            Ok(false) => (Some(keyless(&r)), false, None),
+            Err(e) => (Some(keyless(&r)), false, Some(e)),
+        },
+    };
+    let page = crate::build::site::ReceiptPage {
+        id,
+        receipt,
+        full,
+        error: refusal.as_ref().map(|e| crate::build::site::PageError {
+            code: e.0.code,
+            message: &e.0.message,
+            how_to_fix: &e.0.how_to_fix,
+        }),
+    };
+    let status = refusal.as_ref().map_or(StatusCode::OK, |e| e.0.status);
+    html_page(state, status, &page)
+}
+
+fn html_page(
+    state: &AppState,
+    status: StatusCode,
+    page: &crate::build::site::ReceiptPage,
+) -> Response {
+    match crate::build::site::receipt_page(&state.live().info, page) {
+        Ok(html) => (
+            status,
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                // A full receipt carries the call's input and output: keep it out of caches.
+                (header::CACHE_CONTROL, "no-store"),
+                (header::CONTENT_SECURITY_POLICY, PAGE_POLICY),
+            ],
+            html,
+        )
+            .into_response(),
+        Err(e) => ApiError::internal("rendering the receipt page failed", e).into_response(),
+    }
+}
+
+/// Pages load nothing from elsewhere and run only the site's own scripts.
+pub(super) const PAGE_POLICY: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";

@@ -1,0 +1,191 @@
+//! The layout's walls (ARCHITECTURE.md): one folder per stage, the table of who may use whom
+//! kept true, no circle between folders, HTTP only in `serve/` and `cli/`.
+//!
+//! The table is read from ARCHITECTURE.md itself, so the document and the code cannot drift:
+//! an import the table does not allow fails here, and so does a table entry with no folder.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file without its comments (doc links are not imports).
+fn code_of(text: &str) -> String {
+    text.lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The stage folder a file belongs to (`None` for `lib.rs` and `main.rs`).
+fn folder_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).expect("under src");
+    let mut parts = rel.components();
+    let first = parts.next()?.as_os_str().to_str()?.to_string();
+    parts.next().map(|_| first)
+}
+
+/// Folder → the folders its code names through `crate::…`.
+fn actual_uses(src: &Path, folders: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let Some(folder) = folder_of(src, &file) else {
+            continue;
+        };
+        let code = code_of(&std::fs::read_to_string(&file).expect("read"));
+        let used = uses.entry(folder.clone()).or_default();
+        for (at, _) in code.match_indices("crate::") {
+            let name: String = code[at + "crate::".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if folders.contains(&name) && name != folder {
+                used.insert(name);
+            }
+        }
+        assert!(
+            !code.contains("super::super::"),
+            "{}: reach other folders through crate::, so this test sees the import",
+            file.display()
+        );
+    }
+    uses
+}
+
+/// The table between the layout markers of ARCHITECTURE.md.
+fn allowed_uses() -> BTreeMap<String, BTreeSet<String>> {
+    let doc = std::fs::read_to_string("ARCHITECTURE.md").expect("ARCHITECTURE.md");
+    let begin = doc
+        .find("<!-- layout:begin -->")
+        .expect("layout:begin marker");
+    let end = doc.find("<!-- layout:end -->").expect("layout:end marker");
+    let mut table = BTreeMap::new();
+    for line in doc[begin..end].lines().filter(|l| l.starts_with("- `")) {
+        let (name, rest) = line[3..].split_once("` uses: ").expect("- `x` uses: a, b");
+        let deps = match rest.trim() {
+            "nothing" => BTreeSet::new(),
+            list => list.split(',').map(|d| d.trim().to_string()).collect(),
+        };
+        table.insert(name.to_string(), deps);
+    }
+    table
+}
+
+/// A circle in `graph`, if it has one, as the path that closes it.
+fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut circle = path[at..].to_vec();
+            circle.push(node.to_string());
+            return Some(circle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+fn stage_folders(src: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(src)
+        .expect("read src")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_dir())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn every_import_between_folders_is_in_the_architecture_table() {
+    let src = Path::new("src");
+    let folders = stage_folders(src);
+    let table = allowed_uses();
+    assert_eq!(
+        table.keys().cloned().collect::<BTreeSet<_>>(),
+        folders,
+        "ARCHITECTURE.md's table names exactly the folders of src/"
+    );
+    let actual = actual_uses(src, &folders);
+    let mut wrong = Vec::new();
+    for (folder, used) in &actual {
+        for dep in used.difference(&table[folder]) {
+            wrong.push(format!("{folder}/ uses {dep}/"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports the table in ARCHITECTURE.md does not allow: {wrong:?}"
+    );
+    assert!(table["row"].is_empty(), "row/ imports no other stage");
+}
+
+#[test]
+fn no_circle_between_folders() {
+    let table = allowed_uses();
+    assert_eq!(find_circle(&table), None, "the allowed table has a circle");
+    let src = Path::new("src");
+    let actual = actual_uses(src, &stage_folders(src));
+    assert_eq!(find_circle(&actual), None, "the code has a circle");
+    // The check itself finds a circle when there is one.
+    let mut with_circle = table.clone();
+    with_circle
+        .get_mut("row")
+        .expect("row")
+        .insert("serve".into());
+    assert!(find_circle(&with_circle).is_some());
+}
+
+#[test]
+fn only_serve_and_cli_speak_http() {
+    let src = Path::new("src");
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let folder = folder_of(src, f);
+            folder.is_some() && !matches!(folder.as_deref(), Some("serve") | Some("cli"))
+        })
+        .filter(|f| {
+            let code = code_of(&std::fs::read_to_string(f).expect("read"));
+            code.contains("axum") || code.contains("tower")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "axum or tower outside serve/ and cli/: {offenders:?}"
+    );
+}
