@@ -8,15 +8,8 @@ use std::process::ExitCode;
 pub(super) struct Args {
     #[command(subcommand)]
     action: Action,
-    /// The receipt ledger: `sqlite:PATH` or `postgres://user:password@host:port/db`.
-    #[arg(
-        long,
-        env = "CAPDIR_LEDGER",
-        hide_env_values = true,
-        default_value = "sqlite:data/ledger.sqlite",
-        global = true
-    )]
-    ledger: String,
+    #[command(flatten)]
+    ledger: super::LedgerArg,
 }
 
 #[derive(Subcommand)]
@@ -28,7 +21,7 @@ enum Action {
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let location = Location::parse(&a.ledger)?;
+    let location = Location::parse(&a.ledger.url)?;
     let runtime = super::current_thread()?;
     match a.action {
         Action::Verify => match runtime.block_on(location.verify())? {

@@ -17,15 +17,8 @@ pub(super) struct Args {
     /// Tools per tools/list page.
     #[arg(long, value_name = "N", default_value_t = mcp::DEFAULT_PAGE_SIZE)]
     page_size: usize,
-    /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
-    /// several dispatchers sharing one chain (keeps breaker state there too).
-    #[arg(
-        long,
-        env = "CAPDIR_LEDGER",
-        hide_env_values = true,
-        default_value = "sqlite:data/ledger.sqlite"
-    )]
-    ledger: String,
+    #[command(flatten)]
+    ledger: super::LedgerArg,
     /// The dispatcher's public URL, for the links in answers.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     base_url: String,
@@ -44,7 +37,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let settings =
-            super::serve::settings(&a.site, &a.ledger, a.base_url, a.data, options).await?;
+            super::serve::settings(&a.site, &a.ledger.url, a.base_url, a.data, options).await?;
         let state = AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
         mcp::stdio::serve(state).await?;

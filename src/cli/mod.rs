@@ -80,6 +80,22 @@ pub fn run() -> ExitCode {
     }
 }
 
+/// `--ledger`, as `serve`, `mcp`, `token` and `ledger` take it.
+#[derive(clap::Args)]
+struct LedgerArg {
+    /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
+    /// several dispatchers sharing one chain (keeps breaker state and tokens there too).
+    #[arg(
+        long = "ledger",
+        value_name = "LEDGER",
+        env = "CAPDIR_LEDGER",
+        hide_env_values = true,
+        default_value = "sqlite:data/ledger.sqlite",
+        global = true
+    )]
+    url: String,
+}
+
 /// Success or failure as an exit code.
 fn exit(ok: bool) -> ExitCode {
     if ok {

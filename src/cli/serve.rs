@@ -13,15 +13,8 @@ pub(super) struct Args {
     /// Where to listen (loopback by default).
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: std::net::SocketAddr,
-    /// The receipt ledger: `sqlite:PATH`, or `postgres://user:password@host:port/db` for
-    /// several dispatchers sharing one chain (keeps breaker state there too).
-    #[arg(
-        long,
-        env = "CAPDIR_LEDGER",
-        hide_env_values = true,
-        default_value = "sqlite:data/ledger.sqlite"
-    )]
-    ledger: String,
+    #[command(flatten)]
+    ledger: super::LedgerArg,
     /// The public URL, for the links in answers.
     #[arg(long)]
     base_url: Option<String>,
@@ -112,7 +105,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let mut settings = settings(&site, &ledger, base_url, data.clone(), options).await?;
+        let mut settings = settings(&site, &ledger.url, base_url, data.clone(), options).await?;
         let (token_key, key_source) =
             crate::access::token::TokenKey::load(&crate::invoke::breaker::data_dir(data))?;
         let config = &mut settings.config;

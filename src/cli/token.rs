@@ -17,16 +17,8 @@ use std::process::ExitCode;
 pub(super) struct Args {
     #[command(subcommand)]
     action: Action,
-    /// The receipt ledger, where tokens and revocations are kept: `sqlite:PATH` or
-    /// `postgres://user:password@host:port/db`.
-    #[arg(
-        long,
-        env = "CAPDIR_LEDGER",
-        hide_env_values = true,
-        default_value = "sqlite:data/ledger.sqlite",
-        global = true
-    )]
-    ledger: String,
+    #[command(flatten)]
+    ledger: super::LedgerArg,
 }
 
 #[derive(Subcommand)]
@@ -72,7 +64,7 @@ enum Action {
 }
 
 pub(super) fn run(a: Args) -> Result<ExitCode> {
-    let location = Location::parse(&a.ledger)?;
+    let location = Location::parse(&a.ledger.url)?;
     super::current_thread()?.block_on(run_on(a.action, location))
 }
 
