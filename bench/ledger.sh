@@ -2,7 +2,9 @@
 # Invocations per second with durable receipts: one dispatcher on SQLite beside one and two
 # dispatchers sharing one PostgreSQL ledger. wrk, 32 connections over 2 threads; with two
 # dispatchers each thread loads its own (bench/spread.lua), and wrk merges the latencies.
-# After each run the chain is verified and receipts are counted against answered calls.
+# After each run the chain is verified and receipts are counted against answered calls; the
+# table comes first, then the exit status is 1 when a run had wrk errors, a broken chain, or
+# receipts that do not match the calls wrk saw acknowledged (each named on stderr).
 #   bench/ledger.sh [SECONDS]   (default 10; needs wrk and PostgreSQL: .ci/deps)
 # PostgreSQL: CAPDIR_BENCH_POSTGRES, else CAPDIR_TEST_POSTGRES, else the role .ci/deps makes;
 # it needs CREATEDB (each run gets a fresh database, dropped at the end).
@@ -62,27 +64,47 @@ commits() {
   echo "$n"
 }
 
+conns=32
 rows=()
+failures=()
 # run LABEL LEDGER PORT...: load the dispatchers on PORTs, then verify the chain.
 run() {
   local label="$1" ledger="$2"
   shift 2
+  local name="$label, $# dispatcher(s)"
   for port in "$@"; do serve "$port" "$ledger"; done
   # Warm up (connections, caches), then measure from a known receipt count.
-  CAPDIR_BENCH_PORTS="$*" wrk -t2 -c32 -d1s -s bench/spread.lua "http://127.0.0.1:$1/api/dispatch" >/dev/null
+  CAPDIR_BENCH_PORTS="$*" wrk -t2 -c"$conns" -d1s -s bench/spread.lua "http://127.0.0.1:$1/api/dispatch" >/dev/null
   local before_commits before_receipts
   before_commits=$(commits "$@")
   before_receipts=$("$bin" ledger verify --ledger "$ledger" | awk '{print $2}')
-  read -r _ rps p50 p99 errors requests < <(CAPDIR_BENCH_PORTS="$*" \
-    wrk -t2 -c32 -d"${secs}s" -s bench/spread.lua "http://127.0.0.1:$1/api/dispatch" | grep '^RESULT')
+  local rps p50 p99 errors answers status_errors
+  read -r _ rps p50 p99 errors answers status_errors < <(CAPDIR_BENCH_PORTS="$*" \
+    wrk -t2 -c"$conns" -d"${secs}s" -s bench/spread.lua "http://127.0.0.1:$1/api/dispatch" | grep '^RESULT')
   local made_commits=$(($(commits "$@") - before_commits))
   stop_all
-  local verdict receipts
-  verdict=$("$bin" ledger verify --ledger "$ledger")
-  receipts=$(($(awk '{print $2}' <<<"$verdict") - before_receipts))
-  local per_commit
-  per_commit=$(python3 -c "print(f'{$receipts / max($made_commits, 1):.1f}')")
+  # `ledger verify` says "ok: N receipts, …" or "broken at receipt …" (and exits 1).
+  local verdict receipts="?" per_commit="?"
+  verdict=$("$bin" ledger verify --ledger "$ledger") || true
+  verdict="${verdict:-no verdict (its error is above)}"
+  if [[ "$verdict" == ok:* ]]; then
+    receipts=$(($(awk '{print $2}' <<<"$verdict") - before_receipts))
+    per_commit=$(python3 -c "print(f'{$receipts / max($made_commits, 1):.1f}')")
+  else
+    failures+=("$name: ledger verify: $verdict")
+  fi
   rows+=("| $label | $# | $rps | $p50 | $p99 | $errors | $receipts | $per_commit | ${verdict%%,*} |")
+
+  ((errors == 0)) ||
+    failures+=("$name: wrk saw $errors errors in $answers answers ($status_errors of them above 399)")
+  # Every 2xx is a durable receipt, so fewer receipts than acknowledged calls is a lost one.
+  # More can be right, by a bounded count: when wrk stops it abandons the one request in flight
+  # on each connection (it never pipelines), which the dispatcher still runs and records, and
+  # the warm-up's may land after the count this run starts from: at most 2 × conns more.
+  local acked=$((answers - status_errors))
+  if [[ "$receipts" != "?" ]] && ((receipts < acked || receipts > acked + 2 * conns)); then
+    failures+=("$name: $receipts receipts in the ledger, $acked calls acknowledged (2xx) by wrk")
+  fi
 }
 
 run "SQLite (WAL, synchronous=FULL)" "sqlite:$work/ledger.sqlite" 18101
@@ -101,3 +123,9 @@ echo "the dispatchers and the database. PostgreSQL $(psql -tA "$admin" -c 'SHOW 
 echo "synchronous_commit=$(psql -tA "$admin" -c 'SHOW synchronous_commit'), fsync=$(psql -tA "$admin" -c 'SHOW fsync')."
 echo "On one machine the second dispatcher shares its cores with the first, wrk and the database:"
 echo "that row shows one chain kept under contention, not what a second machine adds."
+
+if ((${#failures[@]})); then
+  echo >&2
+  printf 'FAILED %s\n' "${failures[@]}" >&2
+  exit 1
+fi

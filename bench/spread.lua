@@ -20,11 +20,15 @@ function setup(thread)
   next_thread = next_thread + 1
 end
 
+-- RESULT requests/s p50-ms p99-ms errors answers status-errors. `answers` counts every
+-- response wrk read, whatever its status; `status-errors` those above 399 (counted in `errors`
+-- too, with connect, read, write and timeout errors). The dispatcher sends no 1xx or 3xx, so
+-- answers - status-errors is how many calls were acknowledged with a 2xx.
 done = function(summary, latency, requests)
-  io.write(string.format("RESULT %.1f %.3f %.3f %d %d\n",
+  io.write(string.format("RESULT %.1f %.3f %.3f %d %d %d\n",
     summary.requests / (summary.duration / 1e6),
     latency:percentile(50) / 1000, latency:percentile(99) / 1000,
     summary.errors.status + summary.errors.connect + summary.errors.read
       + summary.errors.write + summary.errors.timeout,
-    summary.requests))
+    summary.requests, summary.errors.status))
 end

@@ -5,7 +5,7 @@ use crate::build::history::{Change, ChangeKind};
 use crate::row::call::{example_of, fingerprint};
 use crate::row::credential::Credential;
 use crate::row::target::HttpTarget;
-use crate::row::urls::{Urls, enc};
+use crate::row::urls::Urls;
 use crate::row::{Row, RowType};
 use serde::Serialize;
 use serde_json::Value as Json;
@@ -80,12 +80,15 @@ pub struct Contract {
     /// Flow rows: the keys the steps call, in order.
     pub steps: Vec<String>,
     pub fingerprint: String,
-    pub run_now_url: String,
-    pub contract_url: String,
-    pub invoke_url: String,
+    /// The dispatcher's links, none when the catalogue has no public dispatcher.
+    pub run_now_url: Option<String>,
+    pub contract_url: Option<String>,
+    pub invoke_url: Option<String>,
     pub example_request: String,
-    pub receipt_url: String,
-    pub confirm_url: String,
+    pub receipt_url: Option<String>,
+    pub confirm_url: Option<String>,
+    /// This contract as a file of the static site (`…/k/KEY.md`).
+    pub markdown_url: String,
     pub may_invoke: Vec<String>,
     /// The kinds of credential this row accepts, and on what condition.
     pub accepts: Vec<Accepts>,
@@ -189,6 +192,7 @@ impl Contract {
     pub fn new(row: &Row, history: &[Change], urls: &Urls) -> Contract {
         let doc = row.doc();
         let ex = example_of(row);
+        let dispatcher = urls.dispatcher.as_deref();
         let credential = Credential::parse(&row.auth).ok().flatten();
         let risk = if row.sensitive { "high" } else { "low" };
         let accepts = accepts(row);
@@ -242,17 +246,13 @@ impl Contract {
                 _ => Vec::new(),
             },
             fingerprint: fingerprint(row),
-            run_now_url: format!(
-                "{}/api/dispatch?invoke={}&body={}",
-                urls.base,
-                row.key,
-                enc(&ex)
-            ),
-            contract_url: format!("{}/api/dispatch?key={}&format=markdown", urls.base, row.key),
-            invoke_url: format!("{}/api/dispatch", urls.base),
+            run_now_url: urls.run_now(&row.key, &ex),
+            contract_url: urls.contract(&row.key),
+            invoke_url: dispatcher.map(|d| format!("{d}/api/dispatch")),
             example_request: format!(r#"{{"key":"{}","body":{body_json}}}"#, row.key),
-            receipt_url: format!("{}/receipt/inv_…", urls.base),
-            confirm_url: format!("{}/api/dispatch?confirm=inv_…", urls.base),
+            receipt_url: dispatcher.map(|d| format!("{d}/receipt/inv_…")),
+            confirm_url: dispatcher.map(|d| format!("{d}/api/dispatch?confirm=inv_…")),
+            markdown_url: urls.site_file(&format!("k/{}.md", row.key)),
             may_invoke,
             accepts,
             troubleshooting: troubleshooting(row),

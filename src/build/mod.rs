@@ -9,6 +9,7 @@
 pub mod contract;
 pub mod git;
 pub mod history;
+pub mod manifest;
 pub mod projection;
 pub mod site;
 pub mod snapshot;
@@ -37,14 +38,19 @@ pub const STEPS: &[&str] = &[
     "snapshot",
     "pages",
     "projections",
+    "manifest",
 ];
 
 #[derive(Debug, Clone)]
 pub struct Options {
     pub catalogue: PathBuf,
     pub out: PathBuf,
-    /// Where the dispatcher will answer, for the URLs in contracts and llms.txt.
-    pub base_url: String,
+    /// Where the dispatcher answers, for run-now, invoke, receipt and confirm links; empty
+    /// when the catalogue has no public dispatcher (pages and contracts then say so).
+    pub dispatcher_url: String,
+    /// Where the static site is published, for the links to its files (llms.txt, sitemap,
+    /// registry, contracts); `None` or empty: where the dispatcher is.
+    pub site_url: Option<String>,
     /// The repository's web address, for links to commits; `None` reads it from the
     /// catalogue repository's `origin` remote (no links when that is not a hosted one).
     pub repo_url: Option<String>,
@@ -59,7 +65,8 @@ impl Options {
         Options {
             catalogue: catalogue.into(),
             out: out.into(),
-            base_url: "http://127.0.0.1:8080".into(),
+            dispatcher_url: "http://127.0.0.1:8080".into(),
+            site_url: None,
             repo_url: None,
             progress: false,
             fail_after: None,
@@ -204,7 +211,9 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         Some(_) => None,
         None => crate::build::git::origin_web_url(&opts.catalogue),
     };
-    let urls = Urls::new(&opts.base_url).with_repo(repo_url.clone());
+    let urls = Urls::new(&opts.dispatcher_url)
+        .with_site(opts.site_url.as_deref())
+        .with_repo(repo_url.clone());
     let mut categories: Vec<String> = enabled
         .iter()
         .map(|r| crate::row::category_name(&r.category).to_string())
@@ -219,6 +228,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 counts: &counts,
                 build: &head_info,
                 repo_url: repo_url.clone(),
+                dispatcher: urls.dispatcher.clone(),
             };
             site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
             Ok(started.elapsed())
@@ -262,6 +272,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             counts: &counts,
             build: &info,
             repo_url: repo_url.clone(),
+            dispatcher: urls.dispatcher.clone(),
         };
         // The snapshot runs on a thread of its own alongside the pages, filling the core the
         // pages leave idle while one thread writes the index pages.
@@ -338,6 +349,16 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         )?;
         Ok(info)
     });
+    // Last, the manifest of every file written: what a following dispatcher fetches.
+    let result = result.and_then(|info| {
+        let previous = opts.out.is_dir().then_some(opts.out.as_path());
+        let manifest = manifest::write(&tmp, &info.commit, previous)?;
+        steps.done(
+            "manifest",
+            format!("{} files in {}", manifest.files.len(), manifest::FILE),
+        )?;
+        Ok(info)
+    });
     let info = match result {
         Ok(info) => info,
         Err(e) => {
@@ -365,7 +386,7 @@ fn progress_bar(wanted: bool, len: u64) -> indicatif::ProgressBar {
 }
 
 /// A fresh directory next to `out`, on the same file system so the final rename is atomic.
-fn temp_dir_beside(out: &Path) -> Result<PathBuf> {
+pub fn temp_dir_beside(out: &Path) -> Result<PathBuf> {
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -382,7 +403,7 @@ fn temp_dir_beside(out: &Path) -> Result<PathBuf> {
 
 /// Put the new site at `out` in one step: an atomic exchange of the two directories where the
 /// kernel offers it (Linux renameat2), else two renames.
-fn swap_into_place(tmp: &Path, out: &Path) -> Result<()> {
+pub fn swap_into_place(tmp: &Path, out: &Path) -> Result<()> {
     if !out.exists() {
         std::fs::rename(tmp, out)
             .with_context(|| format!("moving the new site to {}", out.display()))?;

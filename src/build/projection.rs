@@ -5,10 +5,11 @@ use crate::build::contract::Contract;
 use crate::row::Row;
 use crate::row::call::fingerprint;
 use crate::row::call::needed_args;
+use crate::row::urls::Urls;
 use serde_json::{Value as Json, json};
 
-/// A row's registry entry: enough to pick it, with a pointer to its contract.
-pub fn registry_entry(row: &Row) -> Json {
+/// A row's registry entry: enough to pick it, with a pointer to its contract on the site.
+pub fn registry_entry(row: &Row, urls: &Urls) -> Json {
     json!({
         "key": row.key,
         "type": row.kind.as_str(),
@@ -16,7 +17,7 @@ pub fn registry_entry(row: &Row) -> Json {
         "what": row.what(),
         "risk": if row.sensitive { "high" } else { "low" },
         "fingerprint": fingerprint(row),
-        "contract": format!("k/{}.md", row.key),
+        "contract": urls.site_file(&format!("k/{}.md", row.key)),
     })
 }
 
@@ -58,13 +59,12 @@ pub fn mcp_tool(row: &Row) -> Json {
     })
 }
 
-/// The llms.txt line of a row.
-pub fn llms_line(row: &Row, base: &str) -> String {
+/// The llms.txt line of a row: its contract on the site.
+pub fn llms_line(row: &Row, urls: &Urls) -> String {
     format!(
-        "- [{}]({}/k/{}.md): {}",
+        "- [{}]({}): {}",
         row.key,
-        base.trim_end_matches('/'),
-        row.key,
+        urls.site_file(&format!("k/{}.md", row.key)),
         row.what()
     )
 }

@@ -124,6 +124,8 @@ pub struct Common<'a> {
     pub build: &'a BuildInfo,
     /// The repository's web address, for commit links.
     pub repo_url: Option<String>,
+    /// The dispatcher's public address; none when the catalogue has no public dispatcher.
+    pub dispatcher: Option<String>,
 }
 
 #[derive(Serialize, Clone)]
@@ -162,9 +164,14 @@ fn shell_quote(s: &str) -> String {
 /// The example call a reader copies: curl against the dispatcher, the key from the
 /// environment (never written into the page).
 pub fn example_call(c: &Contract) -> String {
+    // Without a public dispatcher, the call goes to one the reader runs (`capdir serve`).
+    let url = c
+        .invoke_url
+        .as_deref()
+        .unwrap_or("http://127.0.0.1:8080/api/dispatch");
     format!(
         "curl -sS {} \\\n  -H \"Authorization: Bearer $CAPDIR_OWNER_KEY\" \\\n  -H 'content-type: application/json' \\\n  -d {}",
-        shell_quote(&c.invoke_url),
+        shell_quote(url),
         shell_quote(&c.example_request)
     )
 }
@@ -593,6 +600,7 @@ pub fn receipt_page(info: &BuildInfo, page: &ReceiptPage) -> Result<String> {
         counts: &info.counts,
         build: info,
         repo_url: None,
+        dispatcher: None,
     };
     let mut ctx = context(&common, "/")?;
     ctx.insert("id", page.id);
@@ -613,7 +621,7 @@ pub fn write_projections(
     let registry: Vec<_> = rows
         .iter()
         .filter(|r| !r.is_test_shaped())
-        .map(projection::registry_entry)
+        .map(|r| projection::registry_entry(r, urls))
         .collect();
     // The lists are moved into their documents (`json!` would copy them).
     let mut doc = json!({"commit": common.build.commit});
@@ -640,10 +648,15 @@ pub fn write_projections(
     )?;
 
     let mut llms = format!("# {}\n\n> {}\n\n", common.site.title, common.site.summary);
-    llms.push_str(&format!(
-        "Ask in plain words at {base}/api/dispatch?ask=…, read one contract, invoke by key with POST {base}/api/dispatch. Read the contract; don't infer a row from memory.\n",
-        base = urls.base
-    ));
+    match urls.dispatcher.as_deref() {
+        Some(base) => llms.push_str(&format!(
+            "Ask in plain words at {base}/api/dispatch?ask=…, read one contract, invoke by key with POST {base}/api/dispatch. Read the contract; don't infer a row from memory.\n"
+        )),
+        None => llms.push_str(&format!(
+            "This catalogue has no public dispatcher: read the contracts below, and run one with `capdir serve` on this site ({}) to ask and invoke. Read the contract; don't infer a row from memory.\n",
+            urls.site_file("")
+        )),
+    }
     let mut by_cat: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         by_cat
@@ -654,7 +667,7 @@ pub fn write_projections(
     for (cat, rs) in by_cat {
         llms.push_str(&format!("\n## {cat}\n\n"));
         for r in rs {
-            llms.push_str(&projection::llms_line(r, &urls.base));
+            llms.push_str(&projection::llms_line(r, urls));
             llms.push('\n');
         }
     }
@@ -665,9 +678,8 @@ pub fn write_projections(
     );
     let mut url = |path: &str| {
         sitemap.push_str(&format!(
-            "  <url><loc>{}/{}</loc></url>\n",
-            urls.base,
-            xml_escape(path)
+            "  <url><loc>{}</loc></url>\n",
+            xml_escape(&urls.site_file(path))
         ))
     };
     url("index.html");

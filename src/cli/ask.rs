@@ -1,7 +1,6 @@
 //! `capdir ask`: plain words in, the best row and ranked candidates out (one query, or a
 //! batch of them as JSON lines).
 
-use crate::row::urls::Urls;
 use crate::search::Searcher;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -49,7 +48,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let query = a.query.unwrap_or_default();
-    let answer = crate::search::ask::answer(&searcher, &query, a.limit, &Urls::new(&a.base_url))?;
+    let answer = crate::search::ask::answer(&searcher, &query, a.limit, &a.base_url)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&answer)?);
     } else {

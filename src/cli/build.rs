@@ -11,9 +11,21 @@ pub(super) struct Args {
     /// Where the site goes; replaced atomically.
     #[arg(long, default_value = "site")]
     out: PathBuf,
-    /// The dispatcher's public URL, used in contracts and llms.txt.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    base_url: String,
+    /// The dispatcher's public URL, for run-now, invoke, receipt and confirm links. Empty
+    /// (`--dispatcher-url ''`): the catalogue has no public dispatcher, and its pages and
+    /// contracts say how to run one. `--base-url` is the same flag's older name.
+    #[arg(
+        long,
+        visible_alias = "base-url",
+        value_name = "URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    dispatcher_url: String,
+    /// Where the static site is published (e.g. the GitHub Pages address), for links to its
+    /// files in llms.txt, sitemap.xml, registry.json and the contracts. Default: the
+    /// dispatcher's URL (a dispatcher serves the site too).
+    #[arg(long, value_name = "URL")]
+    site_url: Option<String>,
     /// The repository's web address, for links to commits in row histories
     /// (`https://github.com/OWNER/NAME`). Default: the catalogue repository's `origin`
     /// remote when it is a hosted one; `--repo-url ''` turns the links off.
@@ -23,7 +35,8 @@ pub(super) struct Args {
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let opts = crate::build::Options {
-        base_url: a.base_url,
+        dispatcher_url: a.dispatcher_url,
+        site_url: a.site_url,
         repo_url: a.repo_url,
         progress: true,
         ..crate::build::Options::new(&a.dir, &a.out)

@@ -124,7 +124,7 @@ fn ensure_site(site: &Path, base_url: &str) -> anyhow::Result<()> {
     }
     tracing::info!(site = %site.display(), "no site yet: building the bundled catalogue");
     let opts = crate::build::Options {
-        base_url: base_url.to_string(),
+        dispatcher_url: base_url.to_string(),
         ..crate::build::Options::new("catalogue", site)
     };
     crate::build::run(&opts).map_err(|e| match e {

@@ -1,9 +1,11 @@
 //! `capdir serve`: the dispatcher on a socket, with the site built first when there is none.
 
+use crate::dispatch::Follower;
 use crate::serve::mcp::{self, Projection};
 use crate::serve::{AppState, Settings};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub(super) struct Args {
@@ -31,6 +33,14 @@ pub(super) struct Args {
     /// credential (for local use).
     #[arg(long)]
     open: bool,
+    /// Follow a site published on a static host (`https://owner.github.io/catalogue/`):
+    /// fetch its build into --site, verified file by file against its `build.json`, and
+    /// poll for newer builds. How N dispatchers stay on one build with no shared disk.
+    #[arg(long, value_name = "URL")]
+    follow: Option<String>,
+    /// How often to poll the followed site (e.g. 30s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, default_value = "30s")]
+    follow_interval: u64,
     #[command(flatten)]
     limits: Limits,
 }
@@ -64,6 +74,24 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
     Ok(secs)
 }
 
+/// Follow `url` into `site` before serving: the first build must arrive (a few tries, a
+/// second apart) unless `site` already holds one, which then serves until the next poll.
+async fn first_sync(url: &str, site: &Path) -> anyhow::Result<Follower> {
+    let follower = Follower::new(url, site)?;
+    let held = site.join("catalogue.sqlite").exists();
+    let tries = if held { 1 } else { 5 };
+    for attempt in 1..=tries {
+        match follower.poll().await {
+            Ok(_) => return Ok(follower),
+            Err(e) if attempt == tries && !held => {
+                return Err(e.context(format!("no build could be fetched from {url}")));
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
+        }
+    }
+    Ok(follower)
+}
+
 /// The dispatcher's settings shared by `serve` and `mcp`: the ledger opened (migrated, its
 /// writer started on the current runtime) and the breaker state where the ledger keeps it.
 pub(super) async fn settings(
@@ -89,7 +117,6 @@ pub(super) async fn settings(
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     super::init_logs();
     let base_url = a.base_url.unwrap_or_else(|| format!("http://{}", a.addr));
-    super::ensure_site(&a.site, &base_url)?;
     let Args {
         site,
         addr,
@@ -97,13 +124,22 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         data,
         open,
         limits,
+        follow,
+        follow_interval,
         ..
     } = a;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let follower = match follow {
+        Some(url) => Some(runtime.block_on(first_sync(&url, &site))?),
+        None => {
+            super::ensure_site(&site, &base_url)?;
+            None
+        }
+    };
     let options = mcp::Options {
         projection: a.projection,
         page_size: a.mcp_page_size,
     };
-    let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let mut settings = settings(&site, &ledger.url, base_url, data.clone(), options).await?;
         let (token_key, key_source) =
@@ -149,6 +185,10 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         let state = AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
+        if let Some(f) = follower {
+            let every = std::time::Duration::from_secs(follow_interval);
+            state.dispatcher().follow(Arc::new(f), every);
+        }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(addr = %listener.local_addr()?, "serving");
         axum::serve(listener, crate::serve::app(state)).await?;

@@ -8,9 +8,11 @@
 //! translates.
 
 mod error;
+pub mod follow;
 mod live;
 
 pub use error::{DispatchError, Failure};
+pub use follow::{FollowStatus, Follower};
 pub use live::Live;
 
 use crate::access::affordance::{self, Affordances, Here};
@@ -88,6 +90,8 @@ pub struct Dispatcher {
     reload_count: AtomicU64,
     /// Bumped after every reload, so MCP streams can tell their clients the tools changed.
     reloads: watch::Sender<u64>,
+    /// The published site this dispatcher follows (`serve --follow`), if any.
+    follower: Mutex<Option<Arc<Follower>>>,
 }
 
 fn now_rfc3339() -> String {
@@ -112,6 +116,7 @@ impl Dispatcher {
             invocations: Mutex::new(BTreeMap::new()),
             reload_count: AtomicU64::new(0),
             reloads: watch::Sender::new(0),
+            follower: Mutex::new(None),
         })
     }
 
@@ -202,6 +207,34 @@ impl Dispatcher {
                 let _ = tokio::task::spawn_blocking(move || d.reload_if_changed()).await;
             }
         });
+    }
+
+    /// Poll `follower` every `every` and serve each new build it puts in place, until the
+    /// runtime stops. The first poll is after one interval: start from a synced site.
+    pub fn follow(self: &Arc<Self>, follower: Arc<Follower>, every: Duration) {
+        *self.follower.lock().unwrap_or_else(|p| p.into_inner()) = Some(follower.clone());
+        let dispatcher = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if let Ok(follow::Polled::Updated { .. }) = follower.poll().await {
+                    let d = dispatcher.clone();
+                    let _ = tokio::task::spawn_blocking(move || d.reload_if_changed()).await;
+                }
+            }
+        });
+    }
+
+    /// What the follower has done, when this dispatcher follows a published site.
+    pub fn follow_status(&self) -> Option<FollowStatus> {
+        self.follower
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|f| f.status())
     }
 
     /// One receipt by id, checked for form first.

@@ -110,7 +110,7 @@ pub(super) async fn dispatch_get(
             &live.searcher,
             &text,
             q.limit.unwrap_or(12),
-            &state.inner.urls,
+            &state.inner.base,
         )
         .map_err(|e| ApiError::internal("search failed", e))?;
         return Ok(axum::Json(answer).into_response());
@@ -140,7 +140,7 @@ pub(super) async fn dispatch_get(
         return site_file(&state.site().join("registry.json"), "application/json").await;
     }
     // Nothing asked: what can be asked here.
-    let base = &state.inner.urls.base;
+    let base = &state.inner.base;
     Ok(axum::Json(json!({
         "dispatcher": "capdir",
         "commit": live.info.commit,
@@ -315,7 +315,7 @@ async fn read_request(state: &AppState, req: Request) -> Result<InvokeRequest, A
 
 /// The OpenAPI document of these routes, naming this dispatcher as its server.
 pub(super) async fn openapi(State(state): State<AppState>) -> Response {
-    axum::Json(crate::serve::openapi::document(&state.inner.urls.base)).into_response()
+    axum::Json(crate::serve::openapi::document(&state.inner.base)).into_response()
 }
 
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
@@ -343,5 +343,33 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         out,
         "# HELP capdir_ledger_commit_seconds Time spent committing receipt batches.\n# TYPE capdir_ledger_commit_seconds summary\ncapdir_ledger_commit_seconds_sum {seconds}\ncapdir_ledger_commit_seconds_count {commits}"
     );
+    if let Some(f) = dispatcher.follow_status() {
+        let _ = writeln!(
+            out,
+            "# HELP capdir_follow_info The published site followed and the commit of the build in place.\n# TYPE capdir_follow_info gauge\ncapdir_follow_info{{url=\"{}\",commit=\"{}\"}} 1",
+            f.url, f.commit
+        );
+        let _ = writeln!(
+            out,
+            "# HELP capdir_follow_last_poll_timestamp_seconds When the followed site was last polled.\n# TYPE capdir_follow_last_poll_timestamp_seconds gauge\ncapdir_follow_last_poll_timestamp_seconds {}",
+            f.last_poll.unwrap_or(0)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP capdir_follow_last_outcome The last poll's outcome (1 for the one that happened).\n# TYPE capdir_follow_last_outcome gauge"
+        );
+        for outcome in ["none", "unchanged", "updated", "failed"] {
+            let _ = writeln!(
+                out,
+                "capdir_follow_last_outcome{{outcome=\"{outcome}\"}} {}",
+                u8::from(f.last_outcome == outcome)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP capdir_follow_polls_total Polls of the followed site, by result.\n# TYPE capdir_follow_polls_total counter\ncapdir_follow_polls_total{{result=\"updated\"}} {}\ncapdir_follow_polls_total{{result=\"failed\"}} {}\ncapdir_follow_polls_total{{result=\"any\"}} {}",
+            f.updates, f.failures, f.polls
+        );
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

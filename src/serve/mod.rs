@@ -24,7 +24,6 @@ use crate::access::token::TokenKey;
 use crate::dispatch::{self, Dispatcher, Live};
 use crate::invoke::InvokerConfig;
 use crate::ledger::Ledger;
-use crate::row::urls::Urls;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
@@ -46,7 +45,8 @@ pub struct AppState {
 
 pub(crate) struct Shared {
     pub(crate) dispatcher: Arc<Dispatcher>,
-    pub(crate) urls: Urls,
+    /// The dispatcher's public URL (no trailing slash): links in answers, tokens' audience.
+    pub(crate) base: String,
     pub(crate) body_limit: usize,
     /// HTTP requests received, for `/metrics`.
     pub(crate) requests: AtomicU64,
@@ -93,7 +93,7 @@ impl Settings {
 
 impl AppState {
     pub fn new(settings: Settings) -> anyhow::Result<AppState> {
-        let urls = Urls::new(&settings.base_url);
+        let base = settings.base_url.trim_end_matches('/').to_string();
         let dispatcher = Dispatcher::new(dispatch::Settings {
             site: settings.site,
             ledger: settings.ledger,
@@ -102,14 +102,14 @@ impl AppState {
                 token: settings.token_key,
             },
             open: settings.open,
-            audience: urls.base.clone(),
+            audience: base.clone(),
             config: settings.config,
             max_inflight: settings.max_inflight,
         })?;
         Ok(AppState {
             inner: Arc::new(Shared {
                 dispatcher: Arc::new(dispatcher),
-                urls,
+                base,
                 body_limit: settings.body_limit,
                 requests: AtomicU64::new(0),
                 mcp: mcp::Endpoint::new(settings.mcp),

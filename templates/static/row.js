@@ -43,11 +43,28 @@
   var out = document.getElementById("run-result");
   var go = document.getElementById("run-go");
 
-  // Only a dispatcher answers ?map=1 with the counts; a static host leaves the panel hidden.
-  fetch(api + "?map=1", { headers: { accept: "application/json" } })
-    .then(function (r) { return r.ok ? r.json() : null; })
-    .then(function (d) { if (d && d.counts) run.hidden = false; })
-    .catch(function () {});
+  if (run.hasAttribute("data-remote")) {
+    // The catalogue names its dispatcher: run here only on a page that dispatcher serves;
+    // on the static host, point at the same page there (no request to the host's origin).
+    if (new URL(api, location.href).origin === location.origin) {
+      run.hidden = false;
+    } else {
+      var elsewhere = document.getElementById("run-elsewhere");
+      if (elsewhere) elsewhere.hidden = false;
+    }
+  } else {
+    // No public dispatcher: only one the reader runs answers ?map=1 with the counts.
+    fetch(api + "?map=1", { headers: { accept: "application/json" } })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (d) {
+        if (d && d.counts) {
+          run.hidden = false;
+          var none = document.getElementById("no-dispatcher");
+          if (none) none.hidden = true;
+        }
+      })
+      .catch(function () {});
+  }
 
   function el(tag, cls, text) {
     var e = document.createElement(tag);

@@ -116,9 +116,14 @@ test("a row page: the contract, a copyable call, linked history; no run form on 
   assert.match(await history.nth(0).textContent(), /2024-03-01\s+modified .*Improve the echo docstring/s);
   const link = await history.nth(0).locator("a").getAttribute("href");
   assert.match(link, new RegExp("^" + env.repoWeb + "/commit/[0-9a-f]{40}$"), "commits link to the origin remote's web address");
-  // A static host answers no /api/dispatch, so the form to run the row stays hidden.
+  // On the static host the form to run the row stays hidden, and the page points at the
+  // same page on the catalogue's dispatcher instead (no request to the host's /api).
   await page.waitForLoadState("networkidle");
   assert.equal(await page.locator("#run").isHidden(), true);
+  const elsewhere = page.locator("#run-elsewhere a");
+  await elsewhere.waitFor({ state: "visible" });
+  assert.equal(await elsewhere.getAttribute("href"), env.served + "/k/GOOD_ECHO.html");
+  assert.deepEqual(seen.requests.filter((u) => u.includes("/api/")), [], "the static host is asked for no API path");
   await checkA11y(page, "a row page");
   await shot(page, "row.png");
   assertClean(seen);
@@ -211,7 +216,7 @@ test("on capdir serve: run a row's example with a typed key and read its receipt
   assert.match(id, /^inv_[0-9a-f]{32}$/);
   assert.equal(await page.locator("#run-result .status").first().textContent(), "PROVEN_MATERIAL_RESULT");
   assert.equal(await page.locator("#run-result pre").textContent(), "hello from chromium");
-  assert.equal(await receiptLink.getAttribute("href"), "../receipt/" + id);
+  assert.equal(await receiptLink.getAttribute("href"), env.served + "/receipt/" + id, "receipts link to the dispatcher");
   // The key was used for the one request and kept nowhere.
   const stored = await page.evaluate(() => ({ cookie: document.cookie, local: localStorage.length, session: sessionStorage.length }));
   assert.deepEqual(stored, { cookie: "", local: 0, session: 0 });

@@ -107,7 +107,7 @@ fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
 
 /// Origin and credential: who is calling, or the refusal.
 fn gate(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
-    if !origin_allowed(headers, &state.inner.urls.base) {
+    if !origin_allowed(headers, &state.inner.base) {
         return Err(Refusal::new(
             &Json::Null,
             ApiError::new(

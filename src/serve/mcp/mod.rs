@@ -738,7 +738,7 @@ fn meta_ask(state: &AppState, arguments: &Map<String, Json>) -> Json {
         },
     };
     let live = state.live();
-    match ask::answer(&live.searcher, query, limit, &state.inner.urls) {
+    match ask::answer(&live.searcher, query, limit, &state.inner.base) {
         Ok(answer) => tool_result(serde_json::to_value(answer).unwrap_or_default(), false),
         Err(e) => tool_error(&ApiError::internal("search failed", e)),
     }

@@ -1,0 +1,263 @@
+//! `build.json`: what a build holds, file by file (path, size, SHA-256), with the commit it
+//! was built from and the capdir that built it. A dispatcher that follows a site published
+//! on a static host (`capdir serve --follow URL`) reads it to fetch only what changed and to
+//! refuse any file whose bytes are not the ones the build wrote.
+//!
+//! Hashing every file of a large site costs time, so a rebuild reuses the digest of every
+//! file it hard-linked from the previous site (same inode as the file the previous manifest
+//! describes).
+
+use anyhow::{Context as _, Result, bail};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The manifest's file name at the root of the site.
+pub const FILE: &str = "build.json";
+
+/// The manifest format this capdir writes and reads.
+pub const FORMAT: u32 = 1;
+
+/// The most bytes a manifest may have (a 100,000-row site's is about 15 MB).
+pub const MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// What one build holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format: u32,
+    /// The catalogue commit the site was built from (empty outside Git).
+    pub commit: String,
+    /// The capdir version that built it.
+    pub capdir: String,
+    /// Every file of the site but the manifest and the build's own caches, by path.
+    pub files: Vec<Entry>,
+}
+
+/// One file of a build.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    /// Relative to the site's root, `/`-separated.
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// A path a manifest may name: relative, `/`-separated, no `.` or `..` parts, no hidden
+/// files, only characters a site's files use. Anything else is refused before it reaches the
+/// file system.
+pub fn is_safe_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.len() <= 512
+        && path.split('/').all(|part| {
+            !part.is_empty()
+                && !part.starts_with('.')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+}
+
+impl Manifest {
+    /// Read and check a manifest: the format, and every path safe and named once.
+    pub fn parse(bytes: &[u8]) -> Result<Manifest> {
+        if bytes.len() > MAX_BYTES {
+            bail!("the manifest is over {MAX_BYTES} bytes");
+        }
+        let manifest: Manifest =
+            serde_json::from_slice(bytes).context("the manifest is not a build manifest")?;
+        if manifest.format != FORMAT {
+            bail!(
+                "manifest format {} is not the one this capdir reads ({FORMAT}); upgrade capdir",
+                manifest.format
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for e in &manifest.files {
+            if !is_safe_path(&e.path) {
+                bail!("the manifest names an unsafe path: {:?}", e.path);
+            }
+            if !seen.insert(e.path.as_str()) {
+                bail!("the manifest names {} twice", e.path);
+            }
+            if e.sha256.len() != 64 || !e.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!("the manifest's digest of {} is not a SHA-256", e.path);
+            }
+        }
+        Ok(manifest)
+    }
+
+    /// Read the manifest of a site on disk, if it has one that reads.
+    pub fn read(site: &Path) -> Option<Manifest> {
+        Manifest::parse(&std::fs::read(site.join(FILE)).ok()?).ok()
+    }
+
+    /// The files by path.
+    pub fn by_path(&self) -> HashMap<&str, &Entry> {
+        self.files.iter().map(|e| (e.path.as_str(), e)).collect()
+    }
+}
+
+/// The hex SHA-256 of a file's bytes.
+pub fn sha256_file(path: &Path) -> Result<(u64, String)> {
+    use std::io::Read as _;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    Ok((size, hex::encode(hasher.finalize())))
+}
+
+/// Every file under `root` as (relative path, full path), hidden ones and the manifest
+/// left out, sorted by path.
+fn site_files(root: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?
+        {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let rel = path
+                .strip_prefix(root)
+                .map(|p| p.to_string_lossy().replace('\\', "/"))
+                .unwrap_or_default();
+            if rel != FILE {
+                out.push((rel, path));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(unix)]
+fn inode(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn inode(_: &Path) -> Option<(u64, u64)> {
+    None
+}
+
+/// Describe the site being built in `dir` and write its manifest there. Files the build
+/// hard-linked from `previous` (the site it replaces) keep the digest that site's manifest
+/// gave them; the rest are hashed on all cores.
+pub fn write(dir: &Path, commit: &str, previous: Option<&Path>) -> Result<Manifest> {
+    let files = site_files(dir)?;
+    let before = previous.and_then(Manifest::read);
+    let known = before.as_ref().map(Manifest::by_path).unwrap_or_default();
+    let reuse = |rel: &str, path: &Path| -> Option<Entry> {
+        let e = known.get(rel)?;
+        let old = previous?.join(rel);
+        (inode(path).is_some() && inode(path) == inode(&old)).then(|| (*e).clone())
+    };
+    let chunk = files.len().div_ceil(crate::cores().max(1)).max(1);
+    let entries: Result<Vec<Vec<Entry>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|(rel, path)| match reuse(rel, path) {
+                            Some(e) => Ok(e),
+                            None => sha256_file(path).map(|(size, sha256)| Entry {
+                                path: rel.clone(),
+                                size,
+                                sha256,
+                            }),
+                        })
+                        .collect::<Result<Vec<Entry>>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))
+            })
+            .collect()
+    });
+    let manifest = Manifest {
+        format: FORMAT,
+        commit: commit.to_string(),
+        capdir: env!("CARGO_PKG_VERSION").to_string(),
+        files: entries?.into_iter().flatten().collect(),
+    };
+    let text = serde_json::to_string(&manifest)? + "\n";
+    std::fs::write(dir.join(FILE), text)
+        .with_context(|| format!("writing {}", dir.join(FILE).display()))?;
+    Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_paths_are_refused() {
+        for good in [
+            "index.html",
+            "k/SHA256.md",
+            "index/abc-1.idx",
+            "c/text-tools.html",
+        ] {
+            assert!(is_safe_path(good), "{good}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "k/../../x",
+            "k//x",
+            ".history.json",
+            "k/.hidden",
+            "a\\b",
+            "a b",
+            "k/%2e%2e",
+        ] {
+            assert!(!is_safe_path(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_manifest_with_a_bad_entry_is_refused() {
+        let ok = r#"{"format":1,"commit":"c","capdir":"0","files":[{"path":"a.html","size":1,"sha256":"0000000000000000000000000000000000000000000000000000000000000000"}]}"#;
+        assert!(Manifest::parse(ok.as_bytes()).is_ok());
+        for bad in [
+            ok.replace("a.html", "../a.html"),
+            ok.replace("\"format\":1", "\"format\":2"),
+            ok.replace("\"sha256\":\"0000", "\"sha256\":\"zz00"),
+            ok.replace("]}", r#",{"path":"a.html","size":1,"sha256":"0000000000000000000000000000000000000000000000000000000000000000"}]}"#),
+            ok.replace("\"commit\"", "\"extra\":1,\"commit\""),
+            "not json".to_string(),
+        ] {
+            assert!(Manifest::parse(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! `capdir serve --follow URL`: a dispatcher whose catalogue is a site published on any static
+//! host. It polls the site's manifest (`build.json`, with `If-None-Match` where the host gives
+//! an ETag), fetches every file whose digest it does not already hold, verifies each against
+//! the manifest, and swaps the new build into its site directory in one step; the reloader
+//! then serves it. A failed, partial or tampered download never replaces the live build: the
+//! staging directory is dropped and the reason goes to the log and to `/metrics`.
+//!
+//! This is how N dispatchers behind a load balancer stay on one build with no shared disk.
+
+use crate::build::manifest::{self, Manifest};
+use crate::build::{swap_into_place, temp_dir_beside};
+use anyhow::{Context as _, Result, anyhow, bail};
+use futures_util::TryStreamExt as _;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Files fetched at once during one update.
+const PARALLEL_FETCHES: usize = 8;
+
+/// What the follower has done, for `/metrics` and the log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FollowStatus {
+    /// The published site followed.
+    pub url: String,
+    /// The commit of the build now in the site directory.
+    pub commit: String,
+    /// Unix seconds of the last poll, if any.
+    pub last_poll: Option<i64>,
+    /// `unchanged`, `updated` or `failed` for the last poll.
+    pub last_outcome: &'static str,
+    /// Why the last failed poll failed.
+    pub last_error: Option<String>,
+    pub updates: u64,
+    pub failures: u64,
+    pub polls: u64,
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Polled {
+    /// The host had nothing newer.
+    Unchanged,
+    /// A new build is in place: its commit, and how many files were fetched for it.
+    Updated { commit: String, fetched: usize },
+}
+
+/// Follows one published site into one local site directory.
+pub struct Follower {
+    base: reqwest::Url,
+    site: PathBuf,
+    client: reqwest::Client,
+    /// The manifest's ETag when it was last fetched whole.
+    etag: Mutex<Option<String>>,
+    status: Mutex<FollowStatus>,
+}
+
+impl Follower {
+    /// Follow the site published at `url` into `site`.
+    pub fn new(url: &str, site: &Path) -> Result<Follower> {
+        let mut text = url.trim().to_string();
+        if !text.ends_with('/') {
+            text.push('/');
+        }
+        let base = reqwest::Url::parse(&text).with_context(|| format!("--follow {url}"))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            bail!("--follow takes an http:// or https:// address, not {url}");
+        }
+        let client = reqwest::Client::builder()
+            .user_agent(crate::invoke::runner::USER_AGENT)
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(120))
+            .build()
+            .context("building the follower's HTTP client")?;
+        let commit = Manifest::read(site).map(|m| m.commit).unwrap_or_default();
+        Ok(Follower {
+            status: Mutex::new(FollowStatus {
+                url: base.to_string(),
+                commit,
+                last_outcome: "none",
+                ..FollowStatus::default()
+            }),
+            base,
+            site: site.to_path_buf(),
+            client,
+            etag: Mutex::new(None),
+        })
+    }
+
+    /// What the follower has done so far.
+    pub fn status(&self) -> FollowStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Poll once: fetch the manifest and, when it describes another build, that build. The
+    /// outcome is recorded in the status and logged.
+    pub async fn poll(&self) -> Result<Polled> {
+        let result = self.update().await;
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.polls += 1;
+        status.last_poll = Some(chrono::Utc::now().timestamp());
+        match &result {
+            Ok(Polled::Unchanged) => status.last_outcome = "unchanged",
+            Ok(Polled::Updated { commit, fetched }) => {
+                status.last_outcome = "updated";
+                status.updates += 1;
+                status.commit = commit.clone();
+                status.last_error = None;
+                tracing::info!(commit = %commit, fetched, url = %self.base, "followed a new build");
+            }
+            Err(e) => {
+                status.last_outcome = "failed";
+                status.failures += 1;
+                status.last_error = Some(format!("{e:#}"));
+                tracing::warn!(error = %format!("{e:#}"), url = %self.base, "follow: the live build stays");
+            }
+        }
+        result
+    }
+
+    async fn update(&self) -> Result<Polled> {
+        let url = self.base.join(manifest::FILE)?;
+        let mut request = self.client.get(url.clone());
+        let known_etag = self.etag.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(etag) = &known_etag {
+            request = request.header(reqwest::header::IF_NONE_MATCH, etag);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("fetching {url}"))?;
+        if response.status() == reqwest::StatusCode::NOT_MODIFIED {
+            return Ok(Polled::Unchanged);
+        }
+        if !response.status().is_success() {
+            bail!("{url} answered {}", response.status());
+        }
+        let etag = response
+            .headers()
+            .get(reqwest::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = read_at_most(response, manifest::MAX_BYTES as u64)
+            .await
+            .with_context(|| format!("reading {url}"))?;
+        let wanted = Manifest::parse(&bytes).with_context(|| format!("reading {url}"))?;
+        let held = Manifest::read(&self.site);
+        if held.as_ref() == Some(&wanted) {
+            *self.etag.lock().unwrap_or_else(|p| p.into_inner()) = etag;
+            return Ok(Polled::Unchanged);
+        }
+        let fetched = self.install(&wanted, held.as_ref(), &bytes).await?;
+        // Only a manifest whose build is in place is remembered as seen.
+        *self.etag.lock().unwrap_or_else(|p| p.into_inner()) = etag;
+        Ok(Polled::Updated {
+            commit: wanted.commit,
+            fetched,
+        })
+    }
+
+    /// Stage the build `wanted` beside the site (files already held are linked, the rest
+    /// fetched and verified), then swap it in. Returns how many files were fetched.
+    async fn install(
+        &self,
+        wanted: &Manifest,
+        held: Option<&Manifest>,
+        raw: &[u8],
+    ) -> Result<usize> {
+        let stage = temp_dir_beside(&self.site)?;
+        let result = self.stage(&stage, wanted, held).await.and_then(|fetched| {
+            std::fs::write(stage.join(manifest::FILE), raw)?;
+            swap_into_place(&stage, &self.site)?;
+            Ok(fetched)
+        });
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&stage);
+        }
+        result
+    }
+
+    async fn stage(
+        &self,
+        stage: &Path,
+        wanted: &Manifest,
+        held: Option<&Manifest>,
+    ) -> Result<usize> {
+        let held = held.map(Manifest::by_path).unwrap_or_default();
+        let mut missing = Vec::new();
+        for entry in &wanted.files {
+            let target = stage.join(&entry.path);
+            if let Some(dir) = target.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            // A file the live build holds with the same digest was verified when it came.
+            let same = held
+                .get(entry.path.as_str())
+                .is_some_and(|h| h.sha256 == entry.sha256 && h.size == entry.size);
+            if same && std::fs::hard_link(self.site.join(&entry.path), &target).is_ok() {
+                continue;
+            }
+            missing.push(entry);
+        }
+        let fetched = missing.len();
+        futures_util::stream::iter(missing.into_iter().map(Ok::<_, anyhow::Error>))
+            .try_for_each_concurrent(PARALLEL_FETCHES, |entry| async move {
+                self.fetch(entry, &stage.join(&entry.path)).await
+            })
+            .await?;
+        Ok(fetched)
+    }
+
+    /// Fetch one file, refusing it unless its size and SHA-256 are the manifest's.
+    async fn fetch(&self, entry: &manifest::Entry, target: &Path) -> Result<()> {
+        let url = self.base.join(&entry.path)?;
+        let response = self
+            .client
+            .get(url.clone())
+            .send()
+            .await
+            .with_context(|| format!("fetching {url}"))?;
+        if !response.status().is_success() {
+            bail!("{url} answered {}", response.status());
+        }
+        let bytes = read_at_most(response, entry.size).await.with_context(|| {
+            format!(
+                "{}: larger than the {} bytes the manifest says",
+                entry.path, entry.size
+            )
+        })?;
+        if bytes.len() as u64 != entry.size {
+            bail!(
+                "{}: refused: {} bytes where the manifest says {}",
+                entry.path,
+                bytes.len(),
+                entry.size
+            );
+        }
+        let digest = hex::encode(Sha256::digest(&bytes));
+        if digest != entry.sha256 {
+            bail!(
+                "{}: refused: its SHA-256 is {digest}, the manifest says {}",
+                entry.path,
+                entry.sha256
+            );
+        }
+        tokio::fs::write(target, &bytes)
+            .await
+            .with_context(|| format!("writing {}", target.display()))
+    }
+}
+
+/// A response body, refused when it runs past `limit` bytes.
+async fn read_at_most(mut response: reqwest::Response, limit: u64) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() as u64 + chunk.len() as u64 > limit {
+            return Err(anyhow!("the answer runs past {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
