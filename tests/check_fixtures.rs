@@ -67,20 +67,29 @@ fn broken_fixtures_match_their_snapshots() {
 #[test]
 fn each_rule_fires_where_intended() {
     let table = std::fs::read_to_string(fixtures().join("expected_codes.tsv")).unwrap();
+    let mut missed = Vec::new();
     for line in table.lines().skip(1).filter(|l| !l.trim().is_empty()) {
         let cols: Vec<&str> = line.split('\t').collect();
-        let (folder, file, code) = (cols[0], cols[1], cols[3]);
+        let (folder, file, line, code) = (cols[0], cols[1], cols[2], cols[3]);
+        let line: Option<usize> = (!line.is_empty()).then(|| line.parse().expect("a line number"));
         let checked = check_dir(&Path::new("broken").join(folder));
         let hit = checked.diags.iter().any(|d| {
             d.code == code
                 && (file.is_empty() || d.path.file_name().unwrap().to_str() == Some(file))
+                && line.is_none_or(|l| d.line == l)
         });
-        assert!(
-            hit,
-            "{folder}/{file}: expected {code}, got {:?}",
-            checked.diags.iter().map(|d| d.code).collect::<Vec<_>>()
-        );
+        if !hit {
+            missed.push(format!(
+                "{folder}/{file}: expected {code} at line {line:?}, got {:?}",
+                checked
+                    .diags
+                    .iter()
+                    .map(|d| format!("{}:{}", d.code, d.line))
+                    .collect::<Vec<_>>()
+            ));
+        }
     }
+    assert!(missed.is_empty(), "{}", missed.join("\n"));
 }
 
 #[test]

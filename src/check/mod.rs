@@ -162,6 +162,27 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
             format!("add {what}"),
         ));
     }
+    if !row.runner.is_empty() && !crate::row::RUNNERS.contains(&row.runner.as_str()) {
+        let help = match did_you_mean(&row.runner, crate::row::RUNNERS.iter().copied()) {
+            Some(s) => format!(
+                "did you mean `runner: {s}`? Or leave `runner` out: the type names the runner"
+            ),
+            None => format!(
+                "runners are {}; leave `runner` out to use the one the type names",
+                crate::row::RUNNERS.join(", ")
+            ),
+        };
+        d.push(Diagnostic::error(
+            p,
+            s.value("runner"),
+            "unknown_runner",
+            format!(
+                "no runner is called `{}`: every call of this row would fail",
+                row.runner
+            ),
+            help,
+        ));
+    }
     match row.kind {
         RowType::Fn if !row.target.trim().is_empty() => check_fn(row, &mut d),
         RowType::Http if !row.target.trim().is_empty() => {
@@ -321,9 +342,12 @@ fn check_schema_and_examples(row: &Row, d: &mut Vec<Diagnostic>) {
     let compiled = match ArgSchema::compile(schema) {
         Ok(c) => c,
         Err(e) => {
+            let at = args::schema_fault(schema)
+                .map(|pointer| s.at_pointer("input_schema", &pointer))
+                .unwrap_or_else(|| s.value("input_schema"));
             d.push(Diagnostic::error(
                 p,
-                s.value("input_schema"),
+                at,
                 "bad_input_schema",
                 format!("`input_schema` {e}"),
                 "write a JSON Schema object: `type: object`, `properties: {name: {type: string}}`, `required: [name]`",

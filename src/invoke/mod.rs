@@ -162,7 +162,10 @@ impl Invoker {
             let Some(runner) = self.inner.runners.iter().find(|r| r.name() == runner_name) else {
                 let f = Failure::new(
                     "unknown_runner",
-                    format!("{runner_name} (row {key}; runners are fn, http, agent, flow)"),
+                    format!(
+                        "{runner_name} (row {key}; runners are {})",
+                        crate::row::RUNNERS.join(", ")
+                    ),
                 );
                 return refused(f);
             };
@@ -277,5 +280,22 @@ fn args_line(callable: &Callable) -> String {
     match callable.row.doc().args.as_deref() {
         Some(a) if !a.is_empty() => format!("# ARGS: {a}"),
         _ => "the row has no # ARGS: line".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The gate refuses a `runner:` outside `row::RUNNERS`; every name there must run.
+    #[test]
+    fn the_invoker_has_a_runner_for_every_name_the_gate_allows() {
+        let invoker =
+            Invoker::new(RowSet::from_rows(Vec::new()), InvokerConfig::default()).expect("invoker");
+        let mut names: Vec<&str> = invoker.inner.runners.iter().map(|r| r.name()).collect();
+        names.sort_unstable();
+        let mut allowed = crate::row::RUNNERS.to_vec();
+        allowed.sort_unstable();
+        assert_eq!(names, allowed);
     }
 }

@@ -93,6 +93,13 @@ pub fn object_to_positional(schema: &Json, obj: &Map<String, Json>) -> Vec<Strin
 
 /// Check `schema` itself: a valid JSON Schema, and an object schema with properties, since
 /// positional arguments map onto them.
+/// Where in `schema` the meta-schema check fails (a JSON pointer), if it fails.
+pub fn schema_fault(schema: &Json) -> Option<String> {
+    jsonschema::meta::validate(schema)
+        .err()
+        .map(|e| e.instance_path().to_string())
+}
+
 pub fn check_schema(schema: &Json) -> Result<(), String> {
     if let Err(e) = jsonschema::meta::validate(schema) {
         let at = e.instance_path().to_string();

@@ -57,6 +57,10 @@ pub enum RowType {
     Flow,
 }
 
+/// The runners a row may name in `runner` (which overrides the one its type infers); the
+/// invoker has one of each.
+pub const RUNNERS: [&str; 4] = ["fn", "http", "agent", "flow"];
+
 impl RowType {
     pub const ALL: [RowType; 4] = [RowType::Fn, RowType::Http, RowType::Agent, RowType::Flow];
 
@@ -210,6 +214,15 @@ impl Spans {
 
     pub fn key(&self, field: &str) -> (usize, usize) {
         self.located().keys.get(field).copied().unwrap_or((1, 1))
+    }
+
+    /// Position of the node at a JSON pointer inside a field (`input_schema`,
+    /// `/properties/a/type`), else of the field's value.
+    pub fn at_pointer(&self, field: &str, pointer: &str) -> (usize, usize) {
+        self.text
+            .as_deref()
+            .and_then(|t| locate_path(t, field, pointer))
+            .unwrap_or_else(|| self.value(field))
     }
 
     /// 1-based file line of the first line of `content`'s text; 0 when unknown.
@@ -377,6 +390,13 @@ pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
                 .location()
                 .map(|l| (l.line(), l.column()))
                 .unwrap_or((1, 1));
+            // An error found at the end of the text (an unclosed quote or bracket runs on to
+            // the end) is about the last line written, not the empty one after it.
+            let pos = if pos.0 > text.lines().count() {
+                last_written(text).unwrap_or(pos)
+            } else {
+                pos
+            };
             let msg = e.to_string();
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
             out.diags.push(err(
@@ -650,6 +670,36 @@ pub fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
 }
 
 /// Positions of the top-level fields, from marked-yaml; a line scan when it cannot parse.
+/// Line and column of the first character of the last line that has any.
+fn last_written(text: &str) -> Option<(usize, usize)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .last()
+        .map(|(i, l)| (i + 1, l.len() - l.trim_start().len() + 1))
+}
+
+/// Where the node at a JSON pointer (`/properties/a/type`) under the top-level `field` is
+/// written: the deepest node of the path that the text has.
+fn locate_path(text: &str, field: &str, pointer: &str) -> Option<(usize, usize)> {
+    let root = marked_yaml::parse_yaml(0, text).ok()?;
+    let mut node = root.as_mapping()?.get_node(field)?;
+    let at = |n: &marked_yaml::Node| n.span().start().map(|m| (m.line(), m.column()));
+    let mut found = at(node);
+    for part in pointer.split('/').skip(1) {
+        let part = part.replace("~1", "/").replace("~0", "~");
+        let next = match node {
+            marked_yaml::Node::Mapping(m) => m.get_node(&part),
+            marked_yaml::Node::Sequence(s) => part.parse::<usize>().ok().and_then(|i| s.get(i)),
+            marked_yaml::Node::Scalar(_) => None,
+        };
+        let Some(next) = next else { break };
+        node = next;
+        found = at(node).or(found);
+    }
+    found
+}
+
 fn locate(text: &str) -> Located {
     let mut spans = Located::default();
     match marked_yaml::parse_yaml(0, text) {
