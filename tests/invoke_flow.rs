@@ -12,7 +12,7 @@ use common::{bundled, call, invoker, row, row_with, serve};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn fn_rows() -> Vec<capdir::row::Row> {
     vec![
