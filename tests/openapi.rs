@@ -137,23 +137,52 @@ async fn the_document_describes_every_route_and_answer() {
     let doc: Json = serde_json::from_str(&a.body).expect("json");
     assert_eq!(doc["openapi"], "3.1.0");
     assert_eq!(doc["servers"][0]["url"], "http://127.0.0.1:8080");
-    let mut paths: Vec<&str> = doc["paths"]
+    // The document names exactly the router's routes and methods (serve::routes, from which
+    // serve::app is built), the static-site fallback aside.
+    let documented: std::collections::BTreeMap<String, Vec<String>> = doc["paths"]
         .as_object()
         .expect("paths")
-        .keys()
-        .map(String::as_str)
+        .iter()
+        .map(|(path, ops)| {
+            let mut methods: Vec<String> = ops
+                .as_object()
+                .expect("operations")
+                .keys()
+                .cloned()
+                .collect();
+            methods.sort();
+            (path.clone(), methods)
+        })
         .collect();
-    paths.sort();
-    // The router's routes (serve::app), the static-site fallback aside.
-    assert_eq!(
-        paths,
-        [
-            "/api/dispatch",
-            "/metrics",
-            "/openapi.json",
-            "/receipt/{id}"
-        ]
-    );
+    let routed: std::collections::BTreeMap<String, Vec<String>> = capdir::serve::routes()
+        .into_iter()
+        .map(|(path, methods)| {
+            let mut methods: Vec<String> = methods.iter().map(|m| m.to_string()).collect();
+            methods.sort();
+            (path.to_string(), methods)
+        })
+        .collect();
+    assert_eq!(documented, routed);
+    assert!(routed.contains_key("/mcp"), "{routed:?}");
+    // And the router answers those methods on those paths, and 405 for every other.
+    for (path, methods) in &routed {
+        let uri = path.replace("{id}", "inv_0123");
+        for method in ["get", "post", "put", "delete", "patch"] {
+            let req = Request::builder()
+                .method(method.to_uppercase().as_str())
+                .uri(&uri)
+                .header("content-type", "application/json")
+                .body(Body::from("{}"))
+                .expect("request");
+            let status = send(&state, req).await.status;
+            let listed = methods.iter().any(|m| m == method);
+            assert_eq!(
+                status == StatusCode::METHOD_NOT_ALLOWED,
+                !listed,
+                "{method} {uri}: {status}"
+            );
+        }
+    }
 
     let now = chrono::Utc::now().timestamp();
     let claims = Claims {

@@ -438,3 +438,61 @@ async fn live_reload_under_load_drops_nothing() {
         Verdict::Intact { .. }
     ));
 }
+
+/// `?registry=1&category=C` keeps one category's rows; every candidate of an ask carries the
+/// run-now link of its own example, not only the best one.
+#[tokio::test]
+async fn registry_by_category_and_run_now_links_for_every_candidate() {
+    let repo = Repo::new();
+    for (key, category) in [
+        ("ROW_ALPHA", "text"),
+        ("ROW_BETA", "text"),
+        ("ROW_GAMMA", "crypto"),
+    ] {
+        repo.write(
+            &format!("{key}.yaml"),
+            &fn_row(key, category, "Returns the words it is given, for a demo."),
+        );
+    }
+    repo.commit("three rows", "2024-01-01T10:00:00Z");
+    let f = Fixture::new(repo);
+    let s = state(&f);
+
+    let (st, text) = get(&s, "/api/dispatch?registry=1&category=text").await;
+    assert_eq!(st, StatusCode::OK, "{text}");
+    let v: Json = serde_json::from_str(&text).expect("json");
+    let keys: Vec<&str> = v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["ROW_ALPHA", "ROW_BETA"]);
+    assert_eq!(v["category"], "text");
+    let (_, text) = get(&s, "/api/dispatch?registry=1&category=nothing-here").await;
+    let v: Json = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(0));
+    for bad in [
+        "/api/dispatch?registry=1&category=Not%20Ok",
+        "/api/dispatch?category=text",
+    ] {
+        let (st, text) = get(&s, bad).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{bad}: {text}");
+        assert_eq!(error_code(&text), "bad_query");
+    }
+
+    let (st, text) = get(&s, "/api/dispatch?ask=words+given+for+a+demo").await;
+    assert_eq!(st, StatusCode::OK);
+    let v: Json = serde_json::from_str(&text).expect("json");
+    let candidates = v["candidates"].as_array().expect("candidates");
+    assert_eq!(candidates.len(), 3, "{v}");
+    for c in candidates {
+        let key = c["key"].as_str().expect("key");
+        assert_eq!(
+            c["run_now_url"],
+            format!("http://127.0.0.1:8080/api/dispatch?invoke={key}&body=hi"),
+            "{c}"
+        );
+    }
+    assert_eq!(v["best"]["run_now_url"], candidates[0]["run_now_url"]);
+}

@@ -22,6 +22,8 @@ pub(super) struct DispatchQuery {
     confirm: Option<String>,
     map: Option<String>,
     registry: Option<String>,
+    /// With `registry`: only the rows of this category.
+    category: Option<String>,
     limit: Option<usize>,
     /// Run-now: the key to invoke.
     invoke: Option<String>,
@@ -31,7 +33,7 @@ pub(super) struct DispatchQuery {
     share: Option<String>,
 }
 
-const QUERY_HELP: &str = "use ?ask=…, ?key=K&format=markdown|json, ?invoke=K&body=…&share=TOKEN, ?confirm=inv_…, ?map=1 or ?registry=1";
+const QUERY_HELP: &str = "use ?ask=…, ?key=K&format=markdown|json, ?invoke=K&body=…&share=TOKEN, ?confirm=inv_…, ?map=1 or ?registry=1[&category=C]";
 
 /// The caller of a GET: a `share` token in the URL when there is one (a run-now link is
 /// the whole credential; headers are then not read), else the request's headers.
@@ -63,6 +65,19 @@ fn check_query(q: &DispatchQuery) -> Result<(), ApiError> {
             format!("format `{f}` is not offered"),
             "use format=markdown or format=json",
         ));
+    }
+    if let Some(c) = q.category.as_deref() {
+        let named = !c.is_empty()
+            && c.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if q.registry.is_none() || !named {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                format!("`category={c}` filters the registry by a category name"),
+                "send ?registry=1&category=NAME, NAME in lowercase letters, digits and dashes",
+            ));
+        }
     }
     if q.limit.is_some_and(|l| l > MAX_ASK_LIMIT) {
         return Err(ApiError::new(
@@ -137,7 +152,23 @@ pub(super) async fn dispatch_get(
         .into_response());
     }
     if q.registry.is_some() {
-        return site_file(&state.site().join("registry.json"), "application/json").await;
+        let path = state.site().join("registry.json");
+        let Some(category) = q.category else {
+            return site_file(&path, "application/json").await;
+        };
+        // One category's rows, in the registry's order, with the build's commit.
+        let bytes = tokio::fs::read(&path)
+            .await
+            .map_err(|e| ApiError::internal("a site file is missing", e.into()))?;
+        let mut doc: Json = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::internal("the registry is not JSON", e.into()))?;
+        if let Some(rows) = doc.get_mut("rows").and_then(Json::as_array_mut) {
+            rows.retain(|r| {
+                crate::row::category_name(r["category"].as_str().unwrap_or_default()) == category
+            });
+        }
+        doc["category"] = json!(category);
+        return Ok(axum::Json(doc).into_response());
     }
     // Nothing asked: what can be asked here.
     let base = &state.inner.base;

@@ -27,7 +27,7 @@ use crate::ledger::Ledger;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
-use axum::routing::get;
+use axum::routing::{MethodRouter, get};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -163,25 +163,50 @@ impl AppState {
     }
 }
 
-/// The dispatcher's routes.
-pub fn app(state: AppState) -> Router {
-    Router::new()
-        .route(
+/// Every route besides the static site: its path, its methods, its handlers. The router is
+/// built from this table, and `/openapi.json` documents exactly its paths and methods
+/// (`tests/openapi.rs` checks the document against `routes()` and probes the router for
+/// every method, so the three cannot drift apart).
+fn table() -> [(
+    &'static str,
+    &'static [&'static str],
+    MethodRouter<AppState>,
+); 5] {
+    [
+        (
             "/api/dispatch",
+            &["get", "post"],
             get(api::dispatch_get).post(api::dispatch_post),
-        )
-        .route(
+        ),
+        (
             "/receipt/{id}",
+            &["get", "post"],
             get(receipt::receipt).post(receipt::receipt_form),
-        )
-        .route("/metrics", get(api::metrics))
-        .route(
+        ),
+        ("/metrics", &["get"], get(api::metrics)),
+        (
             "/mcp",
+            &["get", "post", "delete"],
             get(mcp::http::open_stream)
                 .post(mcp::http::post)
                 .delete(mcp::http::end_session),
-        )
-        .route("/openapi.json", get(api::openapi))
+        ),
+        ("/openapi.json", &["get"], get(api::openapi)),
+    ]
+}
+
+/// The routes the dispatcher answers besides the static site, with their methods.
+pub fn routes() -> Vec<(&'static str, &'static [&'static str])> {
+    table().into_iter().map(|(p, m, _)| (p, m)).collect()
+}
+
+/// The dispatcher's routes.
+pub fn app(state: AppState) -> Router {
+    table()
+        .into_iter()
+        .fold(Router::new(), |router, (path, _, handlers)| {
+            router.route(path, handlers)
+        })
         .fallback(get(files::static_file))
         .layer(count_requests(state.inner.clone()))
         .with_state(state)

@@ -387,7 +387,9 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Box<Unreadable>> {
         _ => return invalid(Json::Null, "a message is a JSON object"),
     };
     let id = obj.get("id").cloned();
-    let echo = id.clone().unwrap_or(Json::Null);
+    // MCP request ids are strings or integers; anything else is not echoed back.
+    let valid_id = |id: &Json| id.is_string() || id.is_i64() || id.is_u64();
+    let echo = id.clone().filter(valid_id).unwrap_or(Json::Null);
     if obj.get("jsonrpc").and_then(Json::as_str) != Some("2.0") {
         return invalid(echo, "`jsonrpc` must be \"2.0\"");
     }
@@ -404,12 +406,12 @@ pub fn parse(bytes: &[u8]) -> Result<Message, Box<Unreadable>> {
                 method: method.to_string(),
                 params,
             }),
-            Some(id @ (Json::String(_) | Json::Number(_))) => Ok(Message::Request {
+            Some(id) if valid_id(&id) => Ok(Message::Request {
                 id,
                 method: method.to_string(),
                 params,
             }),
-            Some(_) => invalid(Json::Null, "`id` must be a string or a number"),
+            Some(_) => invalid(Json::Null, "`id` must be a string or an integer"),
         };
     }
     if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) {
@@ -848,6 +850,13 @@ mod tests {
         // The id is echoed when it could be read.
         let unreadable = parse(br#"{"jsonrpc":"1.0","id":"x","method":"ping"}"#).unwrap_err();
         assert_eq!(unreadable.id, json!("x"));
+        // Ids are strings or integers (MCP): a fraction or an object is not one, nor echoed.
+        assert_eq!(
+            err_code(r#"{"jsonrpc":"2.0","id":2.5e-42,"method":"ping"}"#),
+            RpcError::INVALID_REQUEST
+        );
+        let odd = parse(br#"{"jsonrpc":"1.0","id":{"a":1},"method":"ping"}"#).unwrap_err();
+        assert_eq!(odd.id, Json::Null);
     }
 
     #[test]
