@@ -25,31 +25,8 @@ pub(super) struct Args {
 enum Action {
     /// Mint a token; the token alone is the last line printed.
     Mint {
-        /// Keys the token may invoke, comma-separated.
-        #[arg(long, value_delimiter = ',')]
-        keys: Vec<String>,
-        /// Categories whose rows the token may invoke, comma-separated.
-        #[arg(long, value_delimiter = ',')]
-        categories: Vec<String>,
-        /// How long the token lives: 30m, 1h, 7d.
-        #[arg(long, default_value = "1h")]
-        ttl: String,
-        /// The dispatcher's base URL; other dispatchers refuse the token.
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        audience: String,
-        /// The risk ceiling: `high` may run sensitive rows.
-        #[arg(long, default_value = "low", value_parser = ["low", "high"])]
-        risk: String,
-        /// Pin the row's current contract fingerprint (needs exactly one key): a changed row
-        /// answers 409 contract_changed.
-        #[arg(long)]
-        pin: bool,
-        /// The only body the token may send.
-        #[arg(long, value_name = "S")]
-        fixed_body: Option<String>,
-        /// The largest input the token may send, in bytes.
-        #[arg(long, value_name = "BYTES")]
-        max_payload: Option<u64>,
+        #[command(flatten)]
+        request: Request,
         /// The built site the keys are checked against (and `--pin` reads).
         #[arg(long, default_value = "site")]
         site: PathBuf,
@@ -72,27 +49,10 @@ async fn run_on(action: Action, location: Location) -> Result<ExitCode> {
     let ledger = location.open().await?;
     match action {
         Action::Mint {
-            keys,
-            categories,
-            ttl,
-            audience,
-            risk,
-            pin,
-            fixed_body,
-            max_payload,
+            request,
             site,
             data,
         } => {
-            let request = Request {
-                keys,
-                categories,
-                ttl,
-                audience,
-                risk,
-                pin,
-                fixed_body,
-                max_payload,
-            };
             let (key, _) = TokenKey::load(&crate::invoke::breaker::data_dir(data))?;
             let minted = mint(&request, &site, &key, ledger.as_ref()).await?;
             print!("{}", minted.render());
@@ -123,15 +83,32 @@ async fn run_on(action: Action, location: Location) -> Result<ExitCode> {
 }
 
 /// What `capdir token mint` was asked for.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct Request {
+    /// Keys the token may invoke, comma-separated.
+    #[arg(long, value_delimiter = ',')]
     pub keys: Vec<String>,
+    /// Categories whose rows the token may invoke, comma-separated.
+    #[arg(long, value_delimiter = ',')]
     pub categories: Vec<String>,
+    /// How long the token lives: 30m, 1h, 7d.
+    #[arg(long, default_value = "1h")]
     pub ttl: String,
+    /// The dispatcher's base URL; other dispatchers refuse the token.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub audience: String,
+    /// The risk ceiling: `high` may run sensitive rows.
+    #[arg(long, default_value = "low", value_parser = ["low", "high"])]
     pub risk: String,
+    /// Pin the row's current contract fingerprint (needs exactly one key): a changed row
+    /// answers 409 contract_changed.
+    #[arg(long)]
     pub pin: bool,
+    /// The only body the token may send.
+    #[arg(long, value_name = "S")]
     pub fixed_body: Option<String>,
+    /// The largest input the token may send, in bytes.
+    #[arg(long, value_name = "BYTES")]
     pub max_payload: Option<u64>,
 }
 
