@@ -474,7 +474,7 @@ async fn registry_by_category_and_run_now_links_for_every_candidate() {
     assert_eq!(v["rows"].as_array().map(Vec::len), Some(0));
     for bad in [
         "/api/dispatch?registry=1&category=Not%20Ok",
-        "/api/dispatch?category=text",
+        "/api/dispatch?registry=1&category=",
     ] {
         let (st, text) = get(&s, bad).await;
         assert_eq!(st, StatusCode::BAD_REQUEST, "{bad}: {text}");

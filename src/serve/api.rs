@@ -70,11 +70,11 @@ fn check_query(q: &DispatchQuery) -> Result<(), ApiError> {
         let named = !c.is_empty()
             && c.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if q.registry.is_none() || !named {
+        if !named {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "bad_query",
-                format!("`category={c}` filters the registry by a category name"),
+                format!("`category={c}` is not a category name"),
                 "send ?registry=1&category=NAME, NAME in lowercase letters, digits and dashes",
             ));
         }
