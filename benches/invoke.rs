@@ -55,7 +55,7 @@ fn bench(c: &mut Criterion) {
                 callable,
                 args: black_box(&args),
                 invoker: &inv,
-                stack: &[],
+                context: &Default::default(),
             })
         })
     });

@@ -154,6 +154,8 @@ fn ledger_verify_and_show() {
                 contract_sha256: String::new(),
                 catalogue_commit: String::new(),
                 repairs: None,
+                parent: None,
+                root: None,
                 input: "in".into(),
                 output: "out".into(),
             };

@@ -121,7 +121,7 @@ proptest! {
             }
             let target = HttpTarget::parse(&c.row.target).expect("target");
             let template_url = reqwest::Url::parse(&target.url.replace('$', "")).expect("template");
-            let p = prepare(&Call { callable: c, args: &pieces, invoker: inv, stack: &[] })
+            let p = prepare(&Call { callable: c, args: &pieces, invoker: inv, context: &Default::default() })
                 .expect("prepared");
             prop_assert_eq!(p.url.origin(), template_url.origin(), "{}", key);
             let mut allowed = query_keys(&template_url);

@@ -129,6 +129,8 @@ fn draft(key: &str) -> Draft {
         contract_sha256: ledger::sha256_hex("c"),
         catalogue_commit: "abc".into(),
         repairs: None,
+        parent: None,
+        root: None,
         input: "a \"quoted\" input\nwith ünïcode".into(),
         output: "b".into(),
     }

@@ -6,7 +6,6 @@
 use crate::access::auth::{Caller, open_refusal};
 use crate::access::token::{self, Reason, Target};
 use crate::row::Row;
-use crate::row::call::fingerprint;
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -55,9 +54,10 @@ pub struct Here<'a> {
     pub now: i64,
 }
 
-/// What `caller` may do with `row` on the dispatcher `here`; `revoked` says whether the
-/// caller's token (if it is one) is on the ledger's revocation list.
-pub fn of(caller: &Caller, row: &Row, here: Here<'_>, revoked: bool) -> Affordances {
+/// What `caller` may do with `row` (whose contract fingerprint is `fp`) on the dispatcher
+/// `here`; `revoked` says whether the caller's token (if it is one) is on the ledger's
+/// revocation list.
+pub fn of(caller: &Caller, row: &Row, fp: &str, here: Here<'_>, revoked: bool) -> Affordances {
     let body_limit = here.body_limit;
     let mut a = Affordances {
         credential: caller.kind(),
@@ -98,7 +98,6 @@ pub fn of(caller: &Caller, row: &Row, here: Here<'_>, revoked: bool) -> Affordan
             if let Some(max) = claims.max_payload {
                 a.max_payload_bytes = max.min(body_limit);
             }
-            let fp = fingerprint(row);
             let verdict = if revoked {
                 Err(token::Refusal {
                     reason: Reason::Revoked,
@@ -110,7 +109,7 @@ pub fn of(caller: &Caller, row: &Row, here: Here<'_>, revoked: bool) -> Affordan
                         key: &row.key,
                         category: &row.category,
                         sensitive: row.sensitive,
-                        fingerprint: &fp,
+                        fingerprint: fp,
                     };
                     token::check_call(claims, target, None)
                 })

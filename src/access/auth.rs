@@ -198,3 +198,87 @@ pub fn open_refusal(row: &crate::row::Row) -> Option<&'static str> {
         None
     }
 }
+
+/// Whether `caller`, allowed to make a call, may run `step` inside it (a flow's step). The
+/// scope of a call covers the rows it composes: a token that may run a flow may run the steps
+/// that flow names (and a pinned token pinned their fingerprints with the flow's). Nothing
+/// lifts the risk ceiling or the `--open` rules: a sensitive step needs a high-risk token, and
+/// an anonymous caller may run only steps that are not sensitive and use no credential.
+/// `Some((reason, message))` refuses the step with the gate's literal reason.
+pub fn step_refusal(caller: &Caller, step: &crate::row::Row) -> Option<(String, String)> {
+    match caller {
+        Caller::Owner => None,
+        Caller::Anonymous => open_refusal(step).map(|why| {
+            (
+                "anonymous".to_string(),
+                format!(
+                    "{why}: without a credential, --open allows only steps that are not sensitive and use no credential"
+                ),
+            )
+        }),
+        Caller::Token(claims) => (step.sensitive && claims.risk != crate::access::token::Risk::High)
+            .then(|| {
+                (
+                    crate::access::token::Reason::RiskCeiling.as_str().to_string(),
+                    format!(
+                        "step {} is sensitive; token {} has risk ceiling low",
+                        step.key, claims.id
+                    ),
+                )
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::token::{Claims, Risk};
+
+    fn row(text: &str) -> crate::row::Row {
+        crate::row::parse_row(std::path::Path::new("STEP.yaml"), text.as_bytes())
+            .row
+            .expect("a row")
+    }
+
+    fn token(risk: Risk) -> Caller {
+        Caller::Token(Box::new(Claims {
+            id: "tok_t".into(),
+            iat: 0,
+            exp: 1,
+            aud: "a".into(),
+            keys: vec!["FLOW".into()],
+            categories: vec![],
+            risk,
+            pin: None,
+            body: None,
+            max_payload: None,
+        }))
+    }
+
+    #[test]
+    fn steps_keep_the_risk_ceiling_and_the_open_rules() {
+        let plain = row("key: STEP\ntype: fn\ntarget: echo\ncontent: |\n  # WHAT: x\n  [\"$1\"]\n");
+        let sensitive = row(
+            "key: STEP\ntype: http\ntarget: GET https://x.example/$1\nauth: bearer:X_TOKEN\nsensitive: true\ncontent: |\n  # WHAT: x\n",
+        );
+        let credentialed = row(
+            "key: STEP\ntype: http\ntarget: GET https://x.example/$1\nauth: bearer:X_TOKEN\ncontent: |\n  # WHAT: x\n",
+        );
+        // A token scoped to the flow alone still runs a plain step: the scope covers it.
+        assert_eq!(step_refusal(&token(Risk::Low), &plain), None);
+        assert_eq!(step_refusal(&token(Risk::Low), &credentialed), None);
+        let refused = step_refusal(&token(Risk::Low), &sensitive).expect("refused");
+        assert_eq!(refused.0, "risk_ceiling:low");
+        assert_eq!(step_refusal(&token(Risk::High), &sensitive), None);
+        assert_eq!(step_refusal(&Caller::Owner, &sensitive), None);
+        assert_eq!(step_refusal(&Caller::Anonymous, &plain), None);
+        assert_eq!(
+            step_refusal(&Caller::Anonymous, &credentialed).map(|r| r.0),
+            Some("anonymous".into())
+        );
+        assert_eq!(
+            step_refusal(&Caller::Anonymous, &sensitive).map(|r| r.0),
+            Some("anonymous".into())
+        );
+    }
+}

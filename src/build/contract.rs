@@ -2,7 +2,7 @@
 //! and rendered as markdown, JSON and HTML from the same model.
 
 use crate::build::history::{Change, ChangeKind};
-use crate::row::call::{example_of, fingerprint};
+use crate::row::call::example_of;
 use crate::row::credential::Credential;
 use crate::row::target::HttpTarget;
 use crate::row::urls::Urls;
@@ -189,7 +189,8 @@ fn troubleshooting(row: &Row) -> Vec<String> {
 }
 
 impl Contract {
-    pub fn new(row: &Row, history: &[Change], urls: &Urls) -> Contract {
+    /// The contract of `row`, whose fingerprint (covering what it composes) is `fingerprint`.
+    pub fn new(row: &Row, history: &[Change], urls: &Urls, fingerprint: &str) -> Contract {
         let doc = row.doc();
         let ex = example_of(row);
         let dispatcher = urls.dispatcher.as_deref();
@@ -245,7 +246,7 @@ impl Contract {
                     .unwrap_or_default(),
                 _ => Vec::new(),
             },
-            fingerprint: fingerprint(row),
+            fingerprint: fingerprint.to_string(),
             run_now_url: urls.run_now(&row.key, &ex),
             contract_url: urls.contract(&row.key),
             invoke_url: dispatcher.map(|d| format!("{d}/api/dispatch")),

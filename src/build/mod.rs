@@ -214,6 +214,8 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     let urls = Urls::new(&opts.dispatcher_url)
         .with_site(opts.site_url.as_deref())
         .with_repo(repo_url.clone());
+    // Contract fingerprints over the enabled rows, as a dispatcher computes them.
+    let prints = crate::row::call::fingerprints(&enabled);
     let mut categories: Vec<String> = enabled
         .iter()
         .map(|r| crate::row::category_name(&r.category).to_string())
@@ -230,7 +232,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 repo_url: repo_url.clone(),
                 dispatcher: urls.dispatcher.clone(),
             };
-            site::write_projections(&tmp, &enabled, &common, &urls, &categories)?;
+            site::write_projections(&tmp, &enabled, &common, &urls, &categories, &prints)?;
             Ok(started.elapsed())
         });
         let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
@@ -288,6 +290,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                     &history,
                     &tombs,
                     &info,
+                    &prints,
                 )?;
                 Ok(started.elapsed())
             });
@@ -296,7 +299,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                     .iter()
                     .map(|r| {
                         let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                        Contract::new(r, history.of(file), &urls)
+                        Contract::new(r, history.of(file), &urls, &prints[&r.key])
                     })
                     .collect();
                 let tera = site::tera()?;

@@ -3,20 +3,19 @@
 
 use crate::build::contract::Contract;
 use crate::row::Row;
-use crate::row::call::fingerprint;
 use crate::row::call::needed_args;
 use crate::row::urls::Urls;
 use serde_json::{Value as Json, json};
 
 /// A row's registry entry: enough to pick it, with a pointer to its contract on the site.
-pub fn registry_entry(row: &Row, urls: &Urls) -> Json {
+pub fn registry_entry(row: &Row, urls: &Urls, fingerprint: &str) -> Json {
     json!({
         "key": row.key,
         "type": row.kind.as_str(),
         "category": row.category,
         "what": row.what(),
         "risk": if row.sensitive { "high" } else { "low" },
-        "fingerprint": fingerprint(row),
+        "fingerprint": fingerprint,
         "contract": urls.site_file(&format!("k/{}.md", row.key)),
     })
 }

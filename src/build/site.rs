@@ -617,11 +617,12 @@ pub fn write_projections(
     common: &Common,
     urls: &Urls,
     categories: &[String],
+    prints: &HashMap<String, String>,
 ) -> Result<()> {
     let registry: Vec<_> = rows
         .iter()
         .filter(|r| !r.is_test_shaped())
-        .map(|r| projection::registry_entry(r, urls))
+        .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
         .collect();
     // The lists are moved into their documents (`json!` would copy them).
     let mut doc = json!({"commit": common.build.commit});

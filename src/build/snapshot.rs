@@ -9,6 +9,7 @@ use crate::row::{Row, RowType, Spans, split_content};
 use anyhow::{Context as _, Result};
 use rusqlite::{Connection, params};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// One of the four counts, with the predicate that defines it.
@@ -113,6 +114,7 @@ pub fn write(
     history: &History,
     tombstones: &[Tombstone],
     info: &BuildInfo,
+    prints: &HashMap<String, String>,
 ) -> Result<()> {
     let mut db = Connection::open(path).with_context(|| format!("creating {}", path.display()))?;
     db.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")?;
@@ -146,7 +148,10 @@ pub fn write(
                 history.updated_at(file),
                 json_list(&r.asks),
                 r.path.to_string_lossy(),
-                fingerprint(r),
+                prints
+                    .get(&r.key)
+                    .cloned()
+                    .unwrap_or_else(|| fingerprint(r)),
             ])?;
             for (i, c) in history.of(file).iter().enumerate() {
                 hist.execute(params![

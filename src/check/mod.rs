@@ -458,6 +458,23 @@ fn check_across(rows: &[Row]) -> Vec<Diagnostic> {
             .or_default()
             .extend(f.keys().map(str::to_string));
     }
+    // What runs under a row's authority: a flow's steps, an agent's tool categories.
+    for r in rows.iter().filter(|r| !r.sensitive) {
+        if let Some(path) = reaches_sensitive(r, &edges, &by_key) {
+            d.push(Diagnostic::error(
+                &r.path,
+                r.spans.key("type"),
+                "reaches_sensitive",
+                format!(
+                    "`{}` can run the sensitive row `{}` ({}) but is not marked sensitive",
+                    r.key,
+                    path.last().copied().unwrap_or_default(),
+                    path.join(" → ")
+                ),
+                "mark this row `sensitive: true` (with an input_schema): a row that can reach a sensitive one is as risky as it",
+            ));
+        }
+    }
     for r in rows.iter().filter(|r| r.kind == RowType::Flow) {
         if let Some(cycle) = find_cycle(&r.key, &edges) {
             d.push(Diagnostic::error(
@@ -470,6 +487,44 @@ fn check_across(rows: &[Row]) -> Vec<Diagnostic> {
         }
     }
     d
+}
+
+/// A sensitive row `row` can run, and the path to it: through a flow's steps (and theirs), or
+/// among the categories an agent's tools are limited to (`*`: every category).
+fn reaches_sensitive<'a>(
+    row: &'a Row,
+    edges: &'a HashMap<&'a str, Vec<String>>,
+    by_key: &BTreeMap<&'a str, Vec<&'a Row>>,
+) -> Option<Vec<&'a str>> {
+    if row.kind == RowType::Agent && !row.allowed_categories.is_empty() {
+        let all = row.allowed_categories.iter().any(|c| c == "*");
+        let hit = by_key.values().flatten().find(|other| {
+            other.sensitive
+                && other.key != row.key
+                && (all || row.allowed_categories.contains(&other.category))
+        })?;
+        return Some(vec![row.key.as_str(), hit.key.as_str()]);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut todo: Vec<Vec<&str>> = vec![vec![row.key.as_str()]];
+    while let Some(path) = todo.pop() {
+        let last = *path.last()?;
+        for next in edges.get(last).into_iter().flatten() {
+            let Some(target) = by_key.get(next.as_str()).and_then(|v| v.first()) else {
+                continue;
+            };
+            if !seen.insert(target.key.as_str()) {
+                continue;
+            }
+            let mut longer = path.clone();
+            longer.push(target.key.as_str());
+            if target.sensitive {
+                return Some(longer);
+            }
+            todo.push(longer);
+        }
+    }
+    None
 }
 
 /// A path from `start` back to itself, if there is one.

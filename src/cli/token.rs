@@ -185,9 +185,7 @@ pub async fn mint(
             }
         }
         if req.pin {
-            pin = rows
-                .get(&keys[0])
-                .map(|c| crate::row::call::fingerprint(&c.row));
+            pin = rows.get(&keys[0]).map(|c| c.fingerprint.clone());
         }
     } else if req.pin {
         bail!(

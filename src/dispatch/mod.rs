@@ -19,6 +19,7 @@ use crate::access::affordance::{self, Affordances, Here};
 use crate::access::auth::{self, Caller, Keys, open_refusal};
 use crate::access::token::{self, Reason, Target};
 use crate::check::secrets::{self, Known};
+use crate::invoke::authority::{Authority, CallContext, Node};
 use crate::invoke::outcome::Status;
 use crate::invoke::rowset::Callable;
 use crate::invoke::{Input, InvokerConfig};
@@ -79,13 +80,13 @@ pub struct Dispatcher {
     ledger: Arc<dyn Ledger>,
     keys: Keys,
     /// `keys.secret_values()`, taken once: every receipt and answer is redacted with them.
-    secrets: Known,
+    secrets: Arc<Known>,
     open: bool,
     audience: String,
     max_inflight: usize,
     inflight: Semaphore,
     /// (status, runner) → invocations, for `/metrics`.
-    invocations: Mutex<BTreeMap<(String, String), u64>>,
+    invocations: Counts,
     /// New builds swapped in, for `/metrics`.
     reload_count: AtomicU64,
     /// Bumped after every reload, so MCP streams can tell their clients the tools changed.
@@ -103,7 +104,7 @@ impl Dispatcher {
     pub fn new(settings: Settings) -> anyhow::Result<Dispatcher> {
         let live = Live::load(&settings.site, &settings.config)?;
         Ok(Dispatcher {
-            secrets: Known::new(settings.keys.secret_values()),
+            secrets: Arc::new(Known::new(settings.keys.secret_values())),
             site: settings.site,
             live: ArcSwap::from_pointee(live),
             config: settings.config,
@@ -113,7 +114,7 @@ impl Dispatcher {
             audience: settings.audience,
             max_inflight: settings.max_inflight,
             inflight: Semaphore::new(settings.max_inflight),
-            invocations: Mutex::new(BTreeMap::new()),
+            invocations: Counts::default(),
             reload_count: AtomicU64::new(0),
             reloads: watch::Sender::new(0),
             follower: Mutex::new(None),
@@ -252,7 +253,7 @@ impl Dispatcher {
     pub async fn affordances(
         &self,
         caller: &Caller,
-        row: &Row,
+        callable: &Callable,
         body_limit: usize,
     ) -> Result<Affordances, DispatchError> {
         let revoked = match caller {
@@ -265,7 +266,13 @@ impl Dispatcher {
             body_limit: body_limit as u64,
             now: chrono::Utc::now().timestamp(),
         };
-        Ok(affordance::of(caller, row, here, revoked))
+        Ok(affordance::of(
+            caller,
+            &callable.row,
+            &callable.fingerprint,
+            here,
+            revoked,
+        ))
     }
 
     async fn revoked(&self, id: &str) -> Result<bool, DispatchError> {
@@ -376,17 +383,30 @@ impl Dispatcher {
             Some(args) => Input::Args(args),
             None => Input::Body(request.body.unwrap_or_default()),
         };
+        // The call's receipt id and trace are fixed first: its steps' receipts name them.
+        let id = ledger::new_id();
+        let trace_id = uuid::Uuid::new_v4().simple().to_string();
+        let tree = Arc::new(Tree {
+            ledger: self.ledger.clone(),
+            secrets: self.secrets.clone(),
+            invocations: self.invocations.clone(),
+            caller: caller.clone(),
+            root: id.clone(),
+            trace_id: trace_id.clone(),
+            commit: live.info.commit.clone(),
+        });
+        let context = CallContext::under(tree, &id);
         let started_at = now_rfc3339();
-        let outcome = live.invoker.invoke(&request.key, input).await;
+        let outcome = live.invoker.invoke_in(&request.key, input, &context).await;
         let finished_at = now_rfc3339();
         // Redacted once: the receipt stores it and the caller is answered with it.
         let output = secrets::redact(&outcome.output, &self.secrets);
         let draft = Draft {
-            id: ledger::new_id(),
+            id,
             key: outcome.key.clone(),
             actor: caller.actor(),
             runner: outcome.runner.clone(),
-            trace_id: uuid::Uuid::new_v4().simple().to_string(),
+            trace_id,
             started_at,
             finished_at,
             status: outcome.status.as_str().into(),
@@ -397,6 +417,8 @@ impl Dispatcher {
             contract_sha256,
             catalogue_commit: live.info.commit.clone(),
             repairs: request.repairs,
+            parent: None,
+            root: None,
             input: secrets::redact(&input_text, &self.secrets),
             output: output.clone(),
         };
@@ -425,29 +447,9 @@ impl Dispatcher {
 
     /// Make a receipt durable and count it.
     async fn append(&self, draft: Draft) -> Result<Receipt, DispatchError> {
-        let receipt = self
-            .ledger
-            .append(draft)
+        append(&self.ledger, &self.invocations, draft)
             .await
-            .map_err(|e| DispatchError::unavailable("the receipt could not be written", e))?;
-        *self
-            .invocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((receipt.draft.status.clone(), receipt.draft.runner.clone()))
-            .or_default() += 1;
-        tracing::info!(
-            receipt = %receipt.draft.id,
-            seq = receipt.seq,
-            key = %receipt.draft.key,
-            runner = %receipt.draft.runner,
-            actor = %receipt.draft.actor,
-            status = %receipt.draft.status,
-            error = receipt.draft.error_code.as_deref().unwrap_or(""),
-            commit = %receipt.draft.catalogue_commit,
-            "invoked"
-        );
-        Ok(receipt)
+            .map_err(|e| DispatchError::unavailable("the receipt could not be written", e))
     }
 }
 
@@ -506,6 +508,8 @@ impl Gate<'_> {
             contract_sha256: callable.map(|c| c.fingerprint.clone()).unwrap_or_default(),
             catalogue_commit: self.live.info.commit.clone(),
             repairs: None,
+            parent: None,
+            root: None,
             input: secrets::redact(self.input, known),
             output: secrets::redact(&output, known),
         };
@@ -541,5 +545,98 @@ impl Gate<'_> {
             },
             Err(e) => e,
         }
+    }
+}
+
+/// Invocations by (status, runner), shared by a dispatcher and the trees of its calls.
+type Counts = Arc<Mutex<BTreeMap<(String, String), u64>>>;
+
+/// Make a receipt durable, count it and log it.
+async fn append(
+    ledger: &Arc<dyn Ledger>,
+    counts: &Counts,
+    draft: Draft,
+) -> anyhow::Result<Receipt> {
+    let receipt = ledger.append(draft).await?;
+    *counts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry((receipt.draft.status.clone(), receipt.draft.runner.clone()))
+        .or_default() += 1;
+    tracing::info!(
+        receipt = %receipt.draft.id,
+        seq = receipt.seq,
+        key = %receipt.draft.key,
+        runner = %receipt.draft.runner,
+        actor = %receipt.draft.actor,
+        status = %receipt.draft.status,
+        error = receipt.draft.error_code.as_deref().unwrap_or(""),
+        parent = receipt.draft.parent.as_deref().unwrap_or(""),
+        commit = %receipt.draft.catalogue_commit,
+        "invoked"
+    );
+    Ok(receipt)
+}
+
+/// One top-level call's authority over the calls nested in it: the caller's gate for each
+/// step, and a receipt for each, a child of the step's caller, in the same chain and trace.
+struct Tree {
+    ledger: Arc<dyn Ledger>,
+    secrets: Arc<Known>,
+    invocations: Counts,
+    caller: Caller,
+    /// The top-level call's receipt id.
+    root: String,
+    trace_id: String,
+    commit: String,
+}
+
+impl Authority for Tree {
+    fn admit(&self, step: &Row) -> Result<(), (String, String)> {
+        match auth::step_refusal(&self.caller, step) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
+    }
+
+    fn new_id(&self) -> String {
+        ledger::new_id()
+    }
+
+    fn record<'a>(
+        &'a self,
+        node: Node<'a>,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let outcome = node.outcome;
+            let draft = Draft {
+                id: node.id.to_string(),
+                key: outcome.key.clone(),
+                actor: self.caller.actor(),
+                runner: outcome.runner.clone(),
+                trace_id: self.trace_id.clone(),
+                started_at: node.started_at.to_string(),
+                finished_at: now_rfc3339(),
+                status: outcome.status.as_str().into(),
+                error_code: outcome.error_code().map(str::to_string),
+                cost_usd: outcome.usage.as_ref().and_then(|u| u.cost_usd),
+                input_sha256: ledger::sha256_hex(node.input),
+                output_sha256: ledger::sha256_hex(&outcome.output),
+                contract_sha256: node
+                    .callable
+                    .map(|c| c.fingerprint.clone())
+                    .unwrap_or_default(),
+                catalogue_commit: self.commit.clone(),
+                repairs: None,
+                parent: Some(node.parent.to_string()),
+                root: Some(self.root.clone()),
+                input: secrets::redact(node.input, &self.secrets),
+                output: secrets::redact(&outcome.output, &self.secrets),
+            };
+            append(&self.ledger, &self.invocations, draft)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{e:#}"))
+        })
     }
 }

@@ -6,11 +6,13 @@
 //! argument) — all before any runner starts — then run the row's runner and classify what came
 //! back into an `Outcome`.
 
+pub mod authority;
 pub mod breaker;
 pub mod outcome;
 pub mod rowset;
 pub mod runner;
 
+use crate::invoke::authority::CallContext;
 use crate::invoke::breaker::Breaker;
 use crate::invoke::outcome::{Failure, Outcome, Usage};
 use crate::invoke::rowset::{Callable, RowSet};
@@ -114,17 +116,18 @@ impl Invoker {
         &self.inner.env
     }
 
-    /// Invoke `key` at the top level.
+    /// Invoke `key` at the top level, with no authority over its steps (the local owner).
     pub async fn invoke(&self, key: &str, input: Input) -> Outcome {
-        self.invoke_in(key, input, &[]).await
+        self.invoke_in(key, input, &CallContext::default()).await
     }
 
-    /// Invoke `key` inside the flows named by `stack` (outermost first).
+    /// Invoke `key` in `context`: inside the flows it names, its steps gated and receipted by
+    /// its authority.
     pub fn invoke_in<'a>(
         &'a self,
         key: &'a str,
         input: Input,
-        stack: &'a [String],
+        context: &'a CallContext,
     ) -> Pin<Box<dyn Future<Output = Outcome> + Send + 'a>> {
         Box::pin(async move {
             let started = Instant::now();
@@ -174,7 +177,7 @@ impl Invoker {
                     callable,
                     args: &pieces,
                     invoker: self,
-                    stack,
+                    context,
                 })
                 .await;
             let outcome = Outcome::new(

@@ -93,10 +93,17 @@ impl RowSet {
     /// Rows as given, unchecked (tests, and sources that were checked elsewhere). A later row
     /// with the same key replaces an earlier one.
     pub fn from_rows(rows: Vec<Row>) -> RowSet {
-        let rows = rows
+        let mut rows: HashMap<String, Callable> = rows
             .into_iter()
             .map(|r| (r.key.clone(), Callable::new(r)))
             .collect();
+        // A row's fingerprint covers what it composes (a flow's steps, an agent's blocks).
+        let prints = crate::row::call::fingerprints(rows.values().map(|c| &c.row));
+        for (key, c) in rows.iter_mut() {
+            if let Some(p) = prints.get(key) {
+                c.fingerprint.clone_from(p);
+            }
+        }
         RowSet {
             rows: Arc::new(rows),
         }

@@ -43,6 +43,12 @@ pub struct Draft {
     pub contract_sha256: String,
     pub catalogue_commit: String,
     pub repairs: Option<String>,
+    /// The receipt of the call that made this one (a flow's step); none at the top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The receipt at the top of this call's tree; none at the top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
     /// The input with credentials redacted.
     pub input: String,
     /// The output with credentials redacted.
@@ -450,6 +456,8 @@ mod tests {
             contract_sha256: sha256_hex("c"),
             catalogue_commit: "abc".into(),
             repairs: None,
+            parent: None,
+            root: None,
             input: "a".into(),
             output: "quote \" and \u{e9} and \n".into(),
         };

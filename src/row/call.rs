@@ -8,6 +8,7 @@ use crate::row::template::highest_slot;
 use crate::row::{Row, RowType};
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 
 /// Recursively sorted keys, so the same schema always hashes the same.
 fn canonical(v: &Json) -> Json {
@@ -63,4 +64,67 @@ pub fn example_of(row: &Row) -> String {
         .filter(|e| !e.trim().is_empty() && !e.starts_with('('))
         .or_else(|| row.examples.first().cloned())
         .unwrap_or_default()
+}
+
+/// The rows `row` composes: a flow's step keys and an agent's included blocks, in order.
+pub fn composed(row: &Row) -> Vec<String> {
+    match row.kind {
+        RowType::Flow => crate::row::flow::parse(row.payload())
+            .map(|f| f.keys().map(str::to_string).collect())
+            .unwrap_or_default(),
+        RowType::Agent => row.includes.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every row's contract fingerprint over a set of rows, covering what each composes: a flow's
+/// steps and an agent's included blocks, theirs in turn. A pinned token then sees a change
+/// anywhere in the tree as a changed contract. A row that composes nothing (or only rows the
+/// set lacks) keeps `fingerprint(row)`; a cycle (in a set that was not checked) is cut where it
+/// closes.
+pub fn fingerprints<'a>(rows: impl IntoIterator<Item = &'a Row>) -> HashMap<String, String> {
+    let by_key: HashMap<&str, &Row> = rows.into_iter().map(|r| (r.key.as_str(), r)).collect();
+    let mut done: HashMap<String, String> = HashMap::new();
+    fn of<'r>(
+        key: &'r str,
+        by_key: &HashMap<&'r str, &'r Row>,
+        done: &mut HashMap<String, String>,
+        path: &mut Vec<&'r str>,
+    ) -> Option<String> {
+        if let Some(f) = done.get(key) {
+            return Some(f.clone());
+        }
+        let row = by_key.get(key)?;
+        if path.contains(&key) {
+            return Some(fingerprint(row));
+        }
+        path.push(key);
+        let parts: Vec<String> = composed(row)
+            .iter()
+            .filter_map(|k| {
+                let k = by_key.get_key_value(k.as_str())?.0;
+                of(k, by_key, done, path)
+            })
+            .collect();
+        path.pop();
+        let own = fingerprint(row);
+        let print = if parts.is_empty() {
+            own
+        } else {
+            let mut h = Sha256::new();
+            h.update(own.as_bytes());
+            for p in &parts {
+                h.update(b"\n");
+                h.update(p.as_bytes());
+            }
+            hex::encode(h.finalize())
+        };
+        done.insert(key.to_string(), print.clone());
+        Some(print)
+    }
+    let keys: Vec<&str> = by_key.keys().copied().collect();
+    for k in keys {
+        of(k, &by_key, &mut done, &mut Vec::new());
+    }
+    done
 }

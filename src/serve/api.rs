@@ -237,7 +237,7 @@ async fn contract(
     // Fetched with a credential: what this credential may do with this row, computed now.
     let affordances = state
         .dispatcher()
-        .affordances(caller, &callable.row, state.inner.body_limit)
+        .affordances(caller, callable, state.inner.body_limit)
         .await?;
     let bytes = tokio::fs::read(&path)
         .await

@@ -6,9 +6,14 @@
 //! branches concurrently and yields a JSON array of their outputs in branch order. The first
 //! output that is not a success stops the flow, naming the step. Flows may call flows, at most
 //! `MAX_DEPTH` deep, which also stops a cycle in an unchecked row set.
+//!
+//! Under an authority (a call through the dispatcher), every step passes the caller's gate
+//! before it runs (`ERR:flow:step_refused:KEY:REASON` stops the flow there) and gets its own
+//! receipt, a child of the flow's, durable before the next step starts.
 
 use super::{Call, Ran, RunFuture, Runner};
-use crate::invoke::outcome::{Failure, Outcome, Usage};
+use crate::invoke::authority::{CallContext, Node, now_rfc3339};
+use crate::invoke::outcome::{Failure, Outcome, Status, Usage};
 use crate::invoke::{Input, Invoker};
 use crate::row::flow::{Call as StepCall, Step};
 use crate::row::template::{self, Context, Vars};
@@ -75,10 +80,87 @@ impl Progress {
 /// Why step `key` stopped the flow. A depth overrun is passed up unchanged: it is about the
 /// whole nest, not one step.
 fn step_failed(key: &str, outcome: &Outcome) -> Failure {
-    if let Some(e) = outcome.error.as_ref().filter(|e| e.code == "flow:too_deep") {
+    if let Some(e) = outcome.error.as_ref().filter(|e| {
+        e.code == "flow:too_deep" || e.code == "flow:step_refused" || e.code == "flow:receipt"
+    }) {
         return e.clone();
     }
     Failure::new("flow:step_failed", format!("{key}:{}", outcome.output))
+}
+
+/// Run one step in `context` (the flow's own, one level deeper). Under an authority the step
+/// is admitted first, runs below a receipt id of its own, and its receipt is durable before
+/// this returns; a refusal or a receipt that could not be written is a failure that stops the
+/// flow.
+async fn run_step(invoker: &Invoker, context: &CallContext, key: &str, body: String) -> Outcome {
+    let Some(authority) = &context.authority else {
+        return invoker.invoke_in(key, Input::Body(body), context).await;
+    };
+    let parent = context.parent.clone().unwrap_or_default();
+    let callable = invoker.rows().get(key);
+    let id = authority.new_id();
+    let started_at = now_rfc3339();
+    let started = std::time::Instant::now();
+    let admitted = callable.map_or(Ok(()), |c| authority.admit(&c.row));
+    let outcome = match admitted {
+        Ok(()) => {
+            let below = CallContext {
+                stack: context.stack.clone(),
+                authority: Some(authority.clone()),
+                parent: Some(id.clone()),
+            };
+            invoker
+                .invoke_in(key, Input::Body(body.clone()), &below)
+                .await
+        }
+        Err((reason, message)) => {
+            let runner = callable.map_or("none", |c| c.row.runner_name());
+            let mut refused = Outcome::new(
+                key,
+                runner,
+                Err(Failure::new(reason, message)),
+                started.elapsed(),
+                Usage::default(),
+                false,
+            );
+            refused.status = Status::Refused;
+            refused
+        }
+    };
+    let node = Node {
+        id: &id,
+        parent: &parent,
+        callable,
+        input: &body,
+        outcome: &outcome,
+        started_at: &started_at,
+    };
+    let recorded = authority.record(node).await;
+    let stop = match (&recorded, outcome.status) {
+        (Err(e), _) => Some(Failure::new("flow:receipt", format!("{key}:{e}"))),
+        (Ok(()), Status::Refused) if admitted_refused(&outcome) => Some(Failure::new(
+            "flow:step_refused",
+            format!("{key}:{}", outcome.output.trim_start_matches("ERR:")),
+        )),
+        _ => None,
+    };
+    match stop {
+        Some(failure) => {
+            let mut o = outcome;
+            o.status = Status::Failed;
+            o.output = failure.render();
+            o.error = Some(failure);
+            o
+        }
+        None => outcome,
+    }
+}
+
+/// Was this outcome the authority's refusal (not the callee's own, such as `missing_args`)?
+fn admitted_refused(outcome: &Outcome) -> bool {
+    outcome.error.as_ref().is_some_and(|e| {
+        !crate::invoke::outcome::is_refusal_code(&e.code) && !e.code.contains("flow:")
+    })
 }
 
 async fn run_flow(call: Call<'_>) -> Ran {
@@ -98,8 +180,8 @@ async fn run_flow(call: Call<'_>) -> Ran {
             ));
         }
     };
-    if call.stack.len() >= MAX_DEPTH {
-        let mut path: Vec<&str> = call.stack.iter().map(String::as_str).collect();
+    if call.context.stack.len() >= MAX_DEPTH {
+        let mut path: Vec<&str> = call.context.stack.iter().map(String::as_str).collect();
         path.push(key);
         return Ran::fail(Failure::new(
             "flow:too_deep",
@@ -109,8 +191,8 @@ async fn run_flow(call: Call<'_>) -> Ran {
             ),
         ));
     }
-    let mut stack = call.stack.to_vec();
-    stack.push(key.clone());
+    let mut context = call.context.clone();
+    context.stack.push(key.clone());
     let mut p = Progress {
         bindings: HashMap::new(),
         prev: None,
@@ -124,10 +206,7 @@ async fn run_flow(call: Call<'_>) -> Ran {
                     Ok(b) => b,
                     Err(f) => return p.done(Err(f)),
                 };
-                let outcome = call
-                    .invoker
-                    .invoke_in(&c.key, Input::Body(body), &stack)
-                    .await;
+                let outcome = run_step(call.invoker, &context, &c.key, body).await;
                 p.absorb(&outcome);
                 if !outcome.is_success() {
                     return p.done(Err(step_failed(&c.key, &outcome)));
@@ -138,7 +217,8 @@ async fn run_flow(call: Call<'_>) -> Ran {
                 p.prev = Some(outcome.output);
             }
             Step::FanOut { branches, bind } => {
-                let outcomes = match fan_out(call.invoker, branches, &p, call.args, &stack).await {
+                let outcomes = match fan_out(call.invoker, branches, &p, call.args, &context).await
+                {
                     Ok(o) => o,
                     Err(f) => return p.done(Err(f)),
                 };
@@ -182,16 +262,16 @@ async fn fan_out(
     branches: &[StepCall],
     p: &Progress,
     args: &[String],
-    stack: &[String],
+    context: &CallContext,
 ) -> Result<Vec<Outcome>, Failure> {
     let mut tasks = tokio::task::JoinSet::new();
     for (i, b) in branches.iter().enumerate() {
         let body = p.render(&b.body, args)?;
         let invoker = invoker.clone();
         let key = b.key.clone();
-        let stack = stack.to_vec();
+        let context = context.clone();
         tasks.spawn(async move {
-            let outcome = invoker.invoke_in(&key, Input::Body(body), &stack).await;
+            let outcome = run_step(&invoker, &context, &key, body).await;
             (i, outcome)
         });
     }

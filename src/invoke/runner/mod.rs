@@ -11,6 +11,7 @@ pub mod fn_runner;
 pub mod http;
 
 use crate::invoke::Invoker;
+use crate::invoke::authority::CallContext;
 use crate::invoke::outcome::{Failure, Usage};
 use crate::invoke::rowset::Callable;
 use std::collections::HashMap;
@@ -27,8 +28,8 @@ pub struct Call<'a> {
     pub args: &'a [String],
     /// For runners that call other rows (flows) and for shared state (credentials, breaker).
     pub invoker: &'a Invoker,
-    /// Keys of the flows this call runs inside, outermost first.
-    pub stack: &'a [String],
+    /// Where it runs: inside which flows, under which authority, below which receipt.
+    pub context: &'a CallContext,
 }
 
 /// What a runner answers: the result, and what it used on the way (also on failure: a flow

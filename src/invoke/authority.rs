@@ -1,0 +1,62 @@
+//! The authority a call's nested invocations answer to. A flow's steps run under the caller
+//! of the flow: each one passes the same gate a top-level call would (risk ceiling,
+//! `sensitive`, the `--open` rules) and gets a receipt of its own, a child of the call that
+//! made it. `invoke/` owns this trait and calls it; the dispatcher (`dispatch/`) implements it
+//! for one caller and one receipt tree. A call with no authority (`capdir invoke`, the local
+//! owner; tests) runs its steps as itself and writes no receipts.
+
+use crate::invoke::outcome::Outcome;
+use crate::invoke::rowset::Callable;
+use crate::row::Row;
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+
+/// The gate and the receipt writer for every nested call under one top-level call.
+pub trait Authority: Send + Sync {
+    /// May `step` run inside this call? `Err((reason, message))` refuses it, `reason` being
+    /// the gate's literal reason (`risk_ceiling:low`, `anonymous`, …).
+    fn admit(&self, step: &Row) -> Result<(), (String, String)>;
+    /// A fresh receipt id for a nested call about to run (its children name it as parent).
+    fn new_id(&self) -> String;
+    /// Make a nested call's receipt durable; the flow goes on only once it is.
+    fn record<'a>(&'a self, node: Node<'a>) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// One nested call, finished or refused, as its receipt records it.
+pub struct Node<'a> {
+    pub id: &'a str,
+    /// The receipt id of the call that made this one.
+    pub parent: &'a str,
+    pub callable: Option<&'a Callable>,
+    /// The input as the step rendered it.
+    pub input: &'a str,
+    pub outcome: &'a Outcome,
+    /// RFC 3339 with microseconds.
+    pub started_at: &'a str,
+}
+
+/// Where a call runs: inside which flows (outermost first), under which authority, below
+/// which receipt.
+#[derive(Clone, Default)]
+pub struct CallContext {
+    pub stack: Vec<String>,
+    pub authority: Option<Arc<dyn Authority>>,
+    /// The receipt id of the enclosing call, when there is an authority.
+    pub parent: Option<String>,
+}
+
+impl CallContext {
+    /// A top-level call under `authority`, whose own receipt will be `id`.
+    pub fn under(authority: Arc<dyn Authority>, id: &str) -> CallContext {
+        CallContext {
+            stack: Vec::new(),
+            authority: Some(authority),
+            parent: Some(id.to_string()),
+        }
+    }
+}
+
+/// Now, as receipts write it.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}

@@ -1,0 +1,296 @@
+//! Every step of a composition under the caller's authority (issue: "every step of a flow or an
+//! agent under the caller's authority"): a flow's steps pass the caller's gate one by one, each
+//! with a receipt of its own below the flow's, and a pinned token sees a change anywhere in
+//! what a row composes. The upstream counts its hits, so "never ran" is measured.
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use capdir::access::token::{self, Claims, Risk, TokenKey};
+use capdir::ledger::SqliteLedger;
+use capdir::serve::{AppState, Settings, app};
+use common::{Built, Repo};
+use http_body_util::BodyExt;
+use serde_json::{Value as Json, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tower::ServiceExt;
+
+const OWNER: &str = "composition-test-owner-key";
+const TOKEN_KEY: &str = "composition-test-signing-key-0123456789abcdef";
+const BASE: &str = "http://127.0.0.1:8080";
+
+async fn upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let router = axum::Router::new().route(
+        "/hit/{x}",
+        axum::routing::get(move |axum::extract::Path(x): axum::extract::Path<String>| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                format!("hit {x}")
+            }
+        }),
+    );
+    (common::serve(router).await, hits)
+}
+
+fn fn_row(key: &str, target: &str) -> String {
+    format!(
+        "key: {key}\ntype: fn\ntarget: {target}\ncategory: text\ncontent: |\n  # WHAT: {key} for the composition tests.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=text\n  # EX: hi\n  # OUTPUT: text\n  [\"$1\"]\n"
+    )
+}
+
+fn http_row(key: &str, addr: std::net::SocketAddr, sensitive: bool) -> String {
+    let schema = if sensitive {
+        "sensitive: true\ninput_schema:\n  type: object\n  properties:\n    x: {type: string}\n  required: [x]\n"
+    } else {
+        ""
+    };
+    format!(
+        "key: {key}\ntype: http\ntarget: GET http://{addr}/hit/$1\nauth: bearer:COMPOSITION_TEST_CREDENTIAL\ncategory: net\n{schema}content: |\n  # WHAT: {key}: one hit on the test upstream, with a credential.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=x\n  # EX: hi\n  # OUTPUT: HTTP 200 with text\n"
+    )
+}
+
+fn flow_row(key: &str, steps: &str, sensitive: bool) -> String {
+    let schema = if sensitive {
+        "sensitive: true\ninput_schema:\n  type: object\n  properties:\n    x: {type: string}\n  required: [x]\n"
+    } else {
+        ""
+    };
+    format!(
+        "key: {key}\ntype: flow\ncategory: flows\n{schema}content: |\n  # WHAT: {key}, a flow for the composition tests.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=x\n  # EX: hi\n  # OUTPUT: text\n  {steps}\n"
+    )
+}
+
+fn agent_rows(block: &str) -> [(String, String); 2] {
+    [
+        (
+            "PB_TEST_BLOCK".into(),
+            format!(
+                "key: PB_TEST_BLOCK\ntype: agent\ntarget: gw:openai/gpt-4o-mini\ncategory: agents\nplanner_visible: false\ncontent: |\n  # WHAT: Prompt block for the tests.\n  # WHEN_TO_USE: Included by agent rows.\n  # ARGS: none\n  # EX: (included by agent rows)\n  # OUTPUT: none\n  {block}\n"
+            ),
+        ),
+        (
+            "TEST_AGENT".into(),
+            "key: TEST_AGENT\ntype: agent\ntarget: gw:openai/gpt-4o-mini\ncategory: agents\nincludes: [PB_TEST_BLOCK]\ncontent: |\n  # WHAT: Answers briefly, for the tests.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=question\n  # EX: why?\n  # OUTPUT: text\n  You answer briefly.\n".into(),
+        ),
+    ]
+}
+
+async fn fixture() -> (Built, Arc<AtomicUsize>) {
+    let (addr, hits) = upstream().await;
+    let repo = Repo::new();
+    repo.write("UPPER_STEP.yaml", &fn_row("UPPER_STEP", "upper"));
+    repo.write("ECHO_STEP.yaml", &fn_row("ECHO_STEP", "echo"));
+    repo.write("CRED_HIT.yaml", &http_row("CRED_HIT", addr, false));
+    repo.write("SECRET_HIT.yaml", &http_row("SECRET_HIT", addr, true));
+    repo.write(
+        "OPEN_FLOW.yaml",
+        &flow_row(
+            "OPEN_FLOW",
+            "UPPER_STEP: $1 > CRED_HIT: $PREV > ECHO_STEP: $PREV",
+            false,
+        ),
+    );
+    repo.write(
+        "SENSITIVE_FLOW.yaml",
+        &flow_row(
+            "SENSITIVE_FLOW",
+            "UPPER_STEP: $1 > SECRET_HIT: $PREV > ECHO_STEP: $PREV",
+            true,
+        ),
+    );
+    for (key, text) in agent_rows("Use short sentences.") {
+        repo.write(&format!("{key}.yaml"), &text);
+    }
+    repo.commit("rows", "2024-01-01T00:00:00Z");
+    (Built::new(repo), hits)
+}
+
+fn state(f: &Built, open: bool) -> AppState {
+    let ledger = SqliteLedger::open(&f.ledger_path()).expect("ledger");
+    let mut s = Settings::new(f.site(), Arc::new(ledger));
+    s.owner_key = Some(OWNER.into());
+    s.token_key = Some(TokenKey::from_text(TOKEN_KEY).expect("key"));
+    s.base_url = BASE.into();
+    s.open = open;
+    s.config.env = capdir::invoke::runner::Environment::fixed([(
+        "COMPOSITION_TEST_CREDENTIAL",
+        "composition-upstream-credential",
+    )]);
+    // Agent rows reach no model: without a gateway they fail `agent:no_gateway`.
+    s.config.agent.gateway = None;
+    AppState::new(s).expect("state")
+}
+
+fn token(keys: &[&str], risk: Risk, pin: Option<String>) -> String {
+    let now = chrono::Utc::now().timestamp();
+    let claims = Claims {
+        id: token::new_id(),
+        iat: now,
+        exp: now + 600,
+        aud: BASE.into(),
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        categories: vec![],
+        risk,
+        pin,
+        body: None,
+        max_payload: None,
+    };
+    TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
+}
+
+async fn invoke(
+    state: &AppState,
+    credential: Option<&str>,
+    key: &str,
+    body: &str,
+) -> (StatusCode, Json) {
+    let mut r = Request::post("/api/dispatch").header("content-type", "application/json");
+    if let Some(c) = credential {
+        r = r.header("authorization", format!("Bearer {c}"));
+    }
+    let req = r
+        .body(Body::from(json!({"key": key, "body": body}).to_string()))
+        .expect("request");
+    let res = app(state.clone()).oneshot(req).await.expect("response");
+    let status = res.status();
+    let bytes = res.into_body().collect().await.expect("body").to_bytes();
+    (status, serde_json::from_slice(&bytes).expect("json"))
+}
+
+/// Every receipt in the ledger, in chain order.
+fn receipts(f: &Built) -> Vec<Json> {
+    let db = rusqlite::Connection::open(f.ledger_path()).expect("ledger");
+    let mut q = db
+        .prepare("SELECT body FROM receipts ORDER BY seq")
+        .expect("query");
+    q.query_map([], |r| r.get::<_, String>(0))
+        .expect("rows")
+        .map(|b| serde_json::from_str(&b.expect("body")).expect("json"))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_anonymous_flow_stops_at_the_step_that_uses_a_credential() {
+    let (f, hits) = fixture().await;
+    let s = state(&f, true);
+    let (status, v) = invoke(&s, None, "OPEN_FLOW", "hi").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
+    let message = v["error"]["message"].as_str().expect("message");
+    assert!(
+        message.starts_with("ERR:flow:step_refused:CRED_HIT:anonymous:the row uses a credential"),
+        "{message}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the refused step never ran");
+    let all = receipts(&f);
+    let keys: Vec<(&str, &str)> = all
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap(), r["status"].as_str().unwrap()))
+        .collect();
+    // The first step ran and has its receipt, the refused one has a REFUSED receipt, the
+    // third never ran; the flow's own receipt comes last.
+    assert_eq!(
+        keys,
+        [
+            ("UPPER_STEP", "PROVEN_MATERIAL_RESULT"),
+            ("CRED_HIT", "REFUSED"),
+            ("OPEN_FLOW", "FAILED"),
+        ]
+    );
+    let top = &all[2];
+    assert_eq!(top["id"], v["receipt"]);
+    assert!(top.get("parent").is_none());
+    for child in &all[..2] {
+        assert_eq!(child["parent"], top["id"]);
+        assert_eq!(child["root"], top["id"]);
+        assert_eq!(child["trace_id"], top["trace_id"]);
+        assert_eq!(child["actor"], "anonymous");
+    }
+    assert_eq!(all[1]["error_code"], "anonymous");
+    assert_eq!(all[0]["output"], "HI");
+}
+
+#[tokio::test]
+async fn a_token_for_a_flow_runs_its_steps_each_with_a_receipt_but_not_above_its_ceiling() {
+    let (f, hits) = fixture().await;
+    let s = state(&f, false);
+    // Scoped to the flow alone: the steps it names are covered, the risk ceiling is not lifted.
+    let low = token(&["SENSITIVE_FLOW"], Risk::Low, None);
+    let (status, v) = invoke(&s, Some(&low), "SENSITIVE_FLOW", "hi").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(v["error"]["code"], "risk_ceiling:low");
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+
+    let high = token(&["SENSITIVE_FLOW"], Risk::High, None);
+    let (status, v) = invoke(&s, Some(&high), "SENSITIVE_FLOW", "hi").await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["output"], "HTTP 200:hit HI");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let all = receipts(&f);
+    let tree: Vec<&Json> = all
+        .iter()
+        .filter(|r| r["root"] == v["receipt"] || r["id"] == v["receipt"])
+        .collect();
+    let keys: Vec<&str> = tree.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        ["UPPER_STEP", "SECRET_HIT", "ECHO_STEP", "SENSITIVE_FLOW"]
+    );
+    assert!(tree[..3].iter().all(|r| r["parent"] == v["receipt"]));
+    // The credential the step used is in no receipt.
+    assert!(
+        !serde_json::to_string(&all)
+            .unwrap()
+            .contains("composition-upstream-credential")
+    );
+    // The steps' receipts confirm keylessly like any other.
+    let id = tree[1]["id"].as_str().unwrap();
+    let req = Request::get(format!("/api/dispatch?confirm={id}"))
+        .body(Body::empty())
+        .unwrap();
+    let res = app(s.clone()).oneshot(req).await.expect("confirm");
+    assert_eq!(res.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_pinned_token_sees_a_changed_prompt_block_as_a_changed_contract() {
+    let (f, _) = fixture().await;
+    let s = state(&f, false);
+    let pin = s
+        .live()
+        .invoker
+        .rows()
+        .get("TEST_AGENT")
+        .expect("agent")
+        .fingerprint
+        .clone();
+    let pinned = token(&["TEST_AGENT"], Risk::Low, Some(pin.clone()));
+    let (status, v) = invoke(&s, Some(&pinned), "TEST_AGENT", "why?").await;
+    assert_ne!(status, StatusCode::CONFLICT, "{v}");
+
+    // Only the included block changes; the agent row itself is untouched.
+    for (key, text) in agent_rows("Use long, winding sentences.") {
+        if key == "PB_TEST_BLOCK" {
+            f.repo.write(&format!("{key}.yaml"), &text);
+        }
+    }
+    f.repo.commit("a new house style", "2024-01-02T00:00:00Z");
+    f.build();
+    assert!(s.reload_if_changed());
+    let now = s
+        .live()
+        .invoker
+        .rows()
+        .get("TEST_AGENT")
+        .unwrap()
+        .fingerprint
+        .clone();
+    assert_ne!(now, pin, "the agent's fingerprint covers its block");
+    let (status, v) = invoke(&s, Some(&pinned), "TEST_AGENT", "why?").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["error"]["code"], "contract_changed");
+}
