@@ -247,6 +247,35 @@ async fn a_token_for_a_flow_runs_its_steps_each_with_a_receipt_but_not_above_its
             .unwrap()
             .contains("composition-upstream-credential")
     );
+    // The flow's full receipt shows the calls it made; each step's names its caller.
+    let top = v["receipt"].as_str().unwrap();
+    let req = Request::get(format!("/receipt/{top}"))
+        .header("x-owner-key", OWNER)
+        .body(Body::empty())
+        .unwrap();
+    let res = app(s.clone()).oneshot(req).await.expect("receipt");
+    assert_eq!(res.status(), StatusCode::OK);
+    let bytes = res.into_body().collect().await.expect("body").to_bytes();
+    let full: Json = serde_json::from_slice(&bytes).expect("json");
+    let children: Vec<&str> = full["children"]
+        .as_array()
+        .expect("children")
+        .iter()
+        .map(|c| c["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(children, ["UPPER_STEP", "SECRET_HIT", "ECHO_STEP"]);
+    let req = Request::get(format!("/receipt/{top}"))
+        .header("x-owner-key", OWNER)
+        .header("accept", "text/html")
+        .body(Body::empty())
+        .unwrap();
+    let res = app(s.clone()).oneshot(req).await.expect("page");
+    let bytes = res.into_body().collect().await.expect("body").to_bytes();
+    let page = String::from_utf8_lossy(&bytes);
+    assert!(page.contains("Calls it made"), "{page}");
+    for r in &tree[..3] {
+        assert!(page.contains(&format!("href=\"{}\"", r["id"].as_str().unwrap())));
+    }
     // The steps' receipts confirm keylessly like any other.
     let id = tree[1]["id"].as_str().unwrap();
     let req = Request::get(format!("/api/dispatch?confirm={id}"))

@@ -110,6 +110,7 @@ on_both_backends!(
     records_and_revokes_tokens,
     a_revocation_reaches_every_dispatcher,
     cli_verifies_shows_and_resets,
+    a_tree_reads_back_below_its_root,
 );
 
 fn draft(key: &str) -> Draft {
@@ -469,6 +470,64 @@ async fn cli_verifies_shows_and_resets(b: Backend) {
     let (out, _, code) = capdir(&["ledger", "verify"], &b);
     assert_eq!(code, 1);
     assert!(out.starts_with("broken at receipt 2 "), "{out}");
+}
+
+/// A flow's receipts: its steps name it as parent and root, a nested flow's steps name it as
+/// parent; `tree` of the root gives them all in chain order, and `nest` builds the tree, in
+/// the library and on the command line (`ledger show --tree`).
+async fn a_tree_reads_back_below_its_root(b: Backend) {
+    let ledger = b.open().await;
+    let root = ledger::new_id();
+    let inner = ledger::new_id();
+    let child = |key: &str, parent: &str| Draft {
+        parent: Some(parent.to_string()),
+        root: Some(root.clone()),
+        ..draft(key)
+    };
+    let unrelated = ledger.append(draft("OTHER")).await.expect("append");
+    let a = ledger.append(child("STEP_A", &root)).await.expect("append");
+    let deep = ledger.append(child("DEEP", &inner)).await.expect("append");
+    let nested = ledger
+        .append(Draft {
+            id: inner.clone(),
+            ..child("INNER_FLOW", &root)
+        })
+        .await
+        .expect("append");
+    let top = ledger
+        .append(Draft {
+            id: root.clone(),
+            ..draft("FLOW")
+        })
+        .await
+        .expect("append");
+    let below = ledger.tree(&root).await.expect("tree");
+    assert_eq!(below, [a.clone(), deep.clone(), nested.clone()]);
+    assert!(
+        ledger
+            .tree(&unrelated.draft.id)
+            .await
+            .expect("tree")
+            .is_empty()
+    );
+    let node = ledger::nest(top.clone(), &below);
+    let keys: Vec<&str> = node
+        .children
+        .iter()
+        .map(|c| c.receipt.draft.key.as_str())
+        .collect();
+    assert_eq!(keys, ["STEP_A", "INNER_FLOW"]);
+    assert_eq!(node.children[1].children[0].receipt, deep);
+    assert_eq!(b.location().tree(&root).await.expect("tree"), below);
+    let (out, err, code) = capdir(&["ledger", "show", &inner, "--tree"], &b);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["key"], "INNER_FLOW");
+    assert_eq!(v["children"][0]["key"], "DEEP");
+    assert_eq!(
+        ledger.verify().await.expect("verify"),
+        Verdict::Intact { receipts: 5 }
+    );
 }
 
 /// PostgreSQL only (SQLite has no migration table): dispatchers starting together apply each

@@ -17,7 +17,12 @@ enum Action {
     /// Walk the hash chain; name the first broken link (exit 1).
     Verify,
     /// Print one receipt as JSON.
-    Show { id: String },
+    Show {
+        id: String,
+        /// With the receipts of the calls it made, nested under `children` (a flow's steps).
+        #[arg(long)]
+        tree: bool,
+    },
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -34,7 +39,14 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         },
-        Action::Show { id } => match runtime.block_on(location.get(&id))? {
+        Action::Show { id, tree } => match runtime.block_on(location.get(&id))? {
+            Some(r) if tree => {
+                let root = r.draft.root.clone().unwrap_or_else(|| r.draft.id.clone());
+                let below = runtime.block_on(location.tree(&root))?;
+                let node = crate::ledger::nest(r, &below);
+                println!("{}", serde_json::to_string_pretty(&node)?);
+                Ok(ExitCode::SUCCESS)
+            }
             Some(r) => {
                 println!("{}", serde_json::to_string_pretty(&r)?);
                 Ok(ExitCode::SUCCESS)

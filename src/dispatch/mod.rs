@@ -249,6 +249,17 @@ impl Dispatcher {
         found.ok_or(DispatchError::UnknownReceipt)
     }
 
+    /// `r` with the receipts of the calls it made below it (a flow's steps, theirs…).
+    pub async fn receipt_tree(&self, r: Receipt) -> Result<ledger::Node, DispatchError> {
+        let root = r.draft.root.clone().unwrap_or_else(|| r.draft.id.clone());
+        let below = self
+            .ledger
+            .tree(&root)
+            .await
+            .map_err(|e| DispatchError::unavailable("ledger read failed", e))?;
+        Ok(ledger::nest(r, &below))
+    }
+
     /// What `caller` may do with `row` here, now: the gate's checks, run without running.
     pub async fn affordances(
         &self,

@@ -24,6 +24,28 @@ use tokio::sync::oneshot;
 
 pub use sqlite::{SqliteLedger, get, parse_url, verify};
 
+/// A receipt with the receipts of the calls it made, nested (a flow and its steps).
+#[derive(Debug, Clone, Serialize)]
+pub struct Node {
+    #[serde(flatten)]
+    pub receipt: Receipt,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<Node>,
+}
+
+/// The tree under `top` from the receipts of its whole tree (`Ledger::tree` of its root).
+pub fn nest(top: Receipt, below: &[Receipt]) -> Node {
+    let children = below
+        .iter()
+        .filter(|r| r.draft.parent.as_deref() == Some(top.draft.id.as_str()))
+        .map(|r| nest(r.clone(), below))
+        .collect();
+    Node {
+        receipt: top,
+        children,
+    }
+}
+
 /// What an invocation hands the ledger; the ledger adds the id's place in the chain.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Draft {
@@ -167,6 +189,8 @@ pub trait Ledger: Send + Sync {
     fn append(&self, draft: Draft) -> BoxFuture<'_, Result<Receipt>>;
     /// One receipt by id.
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>>;
+    /// The receipts below the top-level call `root` (its steps, theirs…), in chain order.
+    fn tree<'a>(&'a self, root: &'a str) -> BoxFuture<'a, Result<Vec<Receipt>>>;
     /// Walk the whole chain from the first receipt; stop at the first broken link.
     fn verify(&self) -> BoxFuture<'_, Result<Verdict>>;
     /// Commits so far and their total time in seconds (for `/metrics`).
@@ -389,6 +413,14 @@ impl Location {
         match self {
             Location::Sqlite(path) => get(path, id),
             Location::Postgres(url) => postgres::Reader::connect(url).await?.get(id).await,
+        }
+    }
+
+    /// The receipts below the top-level call `root`, without opening a writer.
+    pub async fn tree(&self, root: &str) -> Result<Vec<Receipt>> {
+        match self {
+            Location::Sqlite(path) => sqlite::tree(path, root),
+            Location::Postgres(url) => postgres::Reader::connect(url).await?.tree(root).await,
         }
     }
 

@@ -66,6 +66,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
            revoked_at TEXT
          );",
     ),
+    (
+        3,
+        "receipt trees: the receipts below a top-level call, by its id",
+        "CREATE INDEX receipts_root ON receipts ((body::jsonb ->> 'root'));",
+    ),
 ];
 
 /// A `postgres://` URL: the text as given (password included, so it stays out of logs) and
@@ -330,6 +335,10 @@ impl Ledger for PgLedger {
         Box::pin(self.reader.get(id))
     }
 
+    fn tree<'a>(&'a self, root: &'a str) -> BoxFuture<'a, Result<Vec<Receipt>>> {
+        Box::pin(self.reader.tree(root))
+    }
+
     fn verify(&self) -> BoxFuture<'_, Result<Verdict>> {
         Box::pin(self.reader.verify())
     }
@@ -490,6 +499,21 @@ impl Reader {
         rows.first()
             .map(|r| row_to_receipt(r.get(0), r.get(1), r.get(2), r.get(3)))
             .transpose()
+    }
+
+    /// The receipts below the top-level call `root` (its steps, theirs…), in chain order.
+    pub async fn tree(&self, root: &str) -> Result<Vec<Receipt>> {
+        let rows = self
+            .query(
+                "SELECT seq, body, prev_hash, hash FROM receipts
+                 WHERE (body::jsonb ->> 'root') = $1 ORDER BY seq",
+                &[&root],
+            )
+            .await
+            .with_context(|| format!("reading the receipts below {root} from {}", self.url))?;
+        rows.iter()
+            .map(|r| row_to_receipt(r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect()
     }
 
     /// Walk the chain in pages of `seq` order; stop at the first broken link.

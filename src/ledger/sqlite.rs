@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS tokens (
   claims TEXT,
   minted_at TEXT,
   revoked_at TEXT
-);";
+);
+CREATE INDEX IF NOT EXISTS receipts_root ON receipts (json_extract(body, '$.root'));";
 
 fn open_db(path: &Path) -> Result<Connection> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -142,6 +143,11 @@ impl Ledger for SqliteLedger {
         Box::pin(async move { tokio::task::spawn_blocking(move || get(&path, &id)).await? })
     }
 
+    fn tree<'a>(&'a self, root: &'a str) -> BoxFuture<'a, Result<Vec<Receipt>>> {
+        let (path, root) = (self.path.clone(), root.to_string());
+        Box::pin(async move { tokio::task::spawn_blocking(move || tree(&path, &root)).await? })
+    }
+
     fn verify(&self) -> BoxFuture<'_, Result<Verdict>> {
         let path = self.path.clone();
         Box::pin(async move { tokio::task::spawn_blocking(move || verify(&path)).await? })
@@ -219,6 +225,23 @@ impl SqliteLedger {
 }
 
 /// One receipt by id, read from the file.
+/// The receipts below the top-level call `root`, in chain order.
+pub fn tree(path: &Path, root: &str) -> Result<Vec<Receipt>> {
+    let db = read_only(path)?;
+    let mut q = db.prepare(
+        "SELECT seq, body, prev_hash, hash FROM receipts
+         WHERE json_extract(body, '$.root') = ?1 ORDER BY seq",
+    )?;
+    let rows = q.query_map([root], |r| {
+        Ok((r.get(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?))
+    })?;
+    rows.map(|row| {
+        let (seq, body, prev, hash) = row?;
+        row_to_receipt(seq, &body, prev, hash)
+    })
+    .collect()
+}
+
 pub fn get(path: &Path, id: &str) -> Result<Option<Receipt>> {
     let db = read_only(path)?;
     let found = db

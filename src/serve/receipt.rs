@@ -26,7 +26,9 @@ pub(super) async fn receipt(
     auth::require_credential(&caller)?;
     let r = state.dispatcher().find_receipt(&id).await?;
     may_read_receipt(&caller, &r)?;
-    Ok(axum::Json(r).into_response())
+    // With the receipts of the calls it made below it, when it made any (a flow's steps).
+    let tree = state.dispatcher().receipt_tree(r).await?;
+    Ok(axum::Json(tree).into_response())
 }
 
 /// Who may read a full receipt: the owner, or the token whose invocation it records.
@@ -89,11 +91,15 @@ async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Respon
             Caller::Anonymous => Ok(false),
             c => may_read_receipt(&c, &r).map(|()| true),
         }) {
-            Ok(true) => (
-                Some(serde_json::to_value(&r).unwrap_or_default()),
-                true,
-                None,
-            ),
+            // The full receipt, with the receipts of the calls it made (a flow's steps).
+            Ok(true) => match state.dispatcher().receipt_tree(r).await {
+                Ok(tree) => (
+                    Some(serde_json::to_value(&tree).unwrap_or_default()),
+                    true,
+                    None,
+                ),
+                Err(e) => (None, false, Some(ApiError::from(e))),
+            },
             Ok(false) => (Some(keyless(&r)), false, None),
             Err(e) => (Some(keyless(&r)), false, Some(e)),
         },
