@@ -1,6 +1,7 @@
--- wrk script: POST one invocation of ECHO with the owner key (bench/dispatch.sh).
+-- wrk script: POST one invocation with the owner key (bench/dispatch.sh, bench/flow.sh): of
+-- ECHO, or of the row named by CAPDIR_BENCH_KEY.
 wrk.method = "POST"
-wrk.body = '{"key": "ECHO", "body": "hello from wrk"}'
+wrk.body = '{"key": "' .. (os.getenv("CAPDIR_BENCH_KEY") or "ECHO") .. '", "body": "hello from wrk"}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["x-owner-key"] = os.getenv("CAPDIR_OWNER_KEY") or "bench-owner"
 

@@ -113,3 +113,85 @@ async fn acknowledged_invocations_survive_sigkill() {
         String::from_utf8_lossy(&verify.stdout)
     );
 }
+
+/// The same with flows: SIGKILL while clients run a three-step flow (a receipt per step and
+/// one for the flow). Every acknowledged flow has its receipt and all three of its steps'
+/// below it, and the chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_flows_keep_their_whole_tree_through_sigkill() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
+    build::run(&Options::new(catalogue, dir.path().join("site"))).expect("build");
+    let port = free_port();
+    let client = reqwest::Client::new();
+    let mut server = start(dir.path(), port);
+    common::wait_ready(&client, port, &mut server).await;
+
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let mut clients = Vec::new();
+    for c in 0..8 {
+        let (client, acked) = (client.clone(), acked.clone());
+        clients.push(tokio::spawn(async move {
+            for i in 0.. {
+                let answer = client
+                    .post(format!("http://127.0.0.1:{port}/api/dispatch"))
+                    .header("x-owner-key", OWNER)
+                    .json(&serde_json::json!({"key": "HASH_AND_TIMESTAMP", "body": format!("client {c} call {i}")}))
+                    .send()
+                    .await;
+                let Ok(answer) = answer else { break };
+                if answer.status() != 200 {
+                    break;
+                }
+                let Ok(v) = answer.json::<serde_json::Value>().await else {
+                    break;
+                };
+                acked
+                    .lock()
+                    .expect("lock")
+                    .push(v["receipt"].as_str().expect("receipt").to_string());
+            }
+        }));
+    }
+    let started = Instant::now();
+    while acked.lock().expect("lock").len() < 100 && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.kill().expect("SIGKILL");
+    server.wait().expect("reap");
+    for c in clients {
+        c.await.expect("client task");
+    }
+    let acked = acked.lock().expect("lock").clone();
+    assert!(
+        acked.len() >= 100,
+        "only {} flows before the kill",
+        acked.len()
+    );
+
+    let db = Connection::open(dir.path().join("ledger.sqlite")).expect("ledger");
+    for id in &acked {
+        let (own, steps): (i64, i64) = db
+            .query_row(
+                "SELECT (SELECT count(*) FROM receipts WHERE id = ?1),
+                        (SELECT count(*) FROM receipts WHERE root = ?1)",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("count");
+        assert_eq!((own, steps), (1, 3), "flow {id} was acknowledged");
+    }
+    let verify = Command::new(BIN)
+        .args(["ledger", "verify", "--ledger"])
+        .arg(format!(
+            "sqlite:{}",
+            dir.path().join("ledger.sqlite").display()
+        ))
+        .output()
+        .expect("run verify");
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}

@@ -398,6 +398,7 @@ impl Dispatcher {
         let id = ledger::new_id();
         let trace_id = uuid::Uuid::new_v4().simple().to_string();
         let tree = Arc::new(Tree {
+            pending: Mutex::new(Vec::new()),
             ledger: self.ledger.clone(),
             secrets: self.secrets.clone(),
             invocations: self.invocations.clone(),
@@ -406,10 +407,15 @@ impl Dispatcher {
             trace_id: trace_id.clone(),
             commit: live.info.commit.clone(),
         });
-        let context = CallContext::under(tree, &id);
+        let context = CallContext::under(tree.clone(), &id);
         let started_at = now_rfc3339();
         let outcome = live.invoker.invoke_in(&request.key, input, &context).await;
         let finished_at = now_rfc3339();
+        // The steps' receipts are durable before the flow's is written, and so before any
+        // answer: no acknowledged call lacks a node of its tree.
+        tree.settle()
+            .await
+            .map_err(|e| DispatchError::unavailable("the receipt could not be written", e))?;
         // Redacted once: the receipt stores it and the caller is answered with it.
         let output = secrets::redact(&outcome.output, &self.secrets);
         let draft = Draft {
@@ -562,13 +568,19 @@ impl Gate<'_> {
 /// Invocations by (status, runner), shared by a dispatcher and the trees of its calls.
 type Counts = Arc<Mutex<BTreeMap<(String, String), u64>>>;
 
-/// Make a receipt durable, count it and log it.
-async fn append(
+/// Queue a receipt now; the future resolves once it is durable, counted and logged.
+fn append(
     ledger: &Arc<dyn Ledger>,
     counts: &Counts,
     draft: Draft,
-) -> anyhow::Result<Receipt> {
-    let receipt = ledger.append(draft).await?;
+) -> futures_util::future::BoxFuture<'static, anyhow::Result<Receipt>> {
+    let queued = ledger.append(draft);
+    let counts = counts.clone();
+    Box::pin(async move { logged(queued.await?, &counts) })
+}
+
+/// Count and log a durable receipt.
+fn logged(receipt: Receipt, counts: &Counts) -> anyhow::Result<Receipt> {
     *counts
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -591,7 +603,11 @@ async fn append(
 
 /// One top-level call's authority over the calls nested in it: the caller's gate for each
 /// step, and a receipt for each, a child of the step's caller, in the same chain and trace.
+/// A step's receipt is queued when the step ends (so the chain holds the tree in the order it
+/// ran) and the flow goes on; the top-level answer waits until every one is durable.
 struct Tree {
+    /// Receipts queued and not yet known to be durable.
+    pending: Mutex<Vec<futures_util::future::BoxFuture<'static, anyhow::Result<Receipt>>>>,
     ledger: Arc<dyn Ledger>,
     secrets: Arc<Known>,
     invocations: Counts,
@@ -644,10 +660,23 @@ impl Authority for Tree {
                 input: secrets::redact(node.input, &self.secrets),
                 output: secrets::redact(&outcome.output, &self.secrets),
             };
-            append(&self.ledger, &self.invocations, draft)
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("{e:#}"))
+            let queued = append(&self.ledger, &self.invocations, draft);
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(queued);
+            Ok(())
         })
+    }
+}
+
+impl Tree {
+    /// Wait until every step's receipt queued so far is durable.
+    async fn settle(&self) -> anyhow::Result<()> {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+        for r in futures_util::future::join_all(pending).await {
+            r?;
+        }
+        Ok(())
     }
 }

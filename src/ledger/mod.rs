@@ -185,8 +185,10 @@ fn token_entry(
 /// Where receipts live, and the record of capability tokens (revocations must be seen by
 /// every dispatcher that shares the ledger, so they live beside the receipts).
 pub trait Ledger: Send + Sync {
-    /// Make the receipt durable and return it with its place in the chain.
-    fn append(&self, draft: Draft) -> BoxFuture<'_, Result<Receipt>>;
+    /// Queue the receipt at once (receipts take their places in the chain in the order they
+    /// were appended) and return a future that resolves, with its place in the chain, once
+    /// it is durable.
+    fn append(&self, draft: Draft) -> BoxFuture<'static, Result<Receipt>>;
     /// One receipt by id.
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>>;
     /// The receipts below the top-level call `root` (its steps, theirs…), in chain order.

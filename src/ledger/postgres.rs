@@ -69,7 +69,8 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
         3,
         "receipt trees: the receipts below a top-level call, by its id",
-        "CREATE INDEX receipts_root ON receipts ((body::jsonb ->> 'root'));",
+        "ALTER TABLE receipts ADD COLUMN root TEXT;
+         CREATE INDEX receipts_root ON receipts (root) WHERE root IS NOT NULL;",
     ),
 ];
 
@@ -235,8 +236,9 @@ impl WriterConn {
             .await?;
         let insert = client
             .prepare(
-                "INSERT INTO receipts (seq, id, body, prev_hash, hash)
-                 SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[])",
+                "INSERT INTO receipts (seq, id, body, prev_hash, hash, root)
+                 SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                      $6::text[])",
             )
             .await?;
         Ok(WriterConn {
@@ -272,8 +274,9 @@ impl WriterConn {
         let bodies: Vec<&str> = jobs.iter().map(|j| j.body.as_str()).collect();
         let prevs: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
         let hashes: Vec<&str> = links.iter().map(|l| l.2.as_str()).collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-            [&seqs, &ids, &bodies, &prevs, &hashes];
+        let roots: Vec<Option<&str>> = jobs.iter().map(|j| j.draft.root.as_deref()).collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+            [&seqs, &ids, &bodies, &prevs, &hashes, &roots];
         let (inserted, committed) =
             tokio::join!(c.execute(&self.insert, &params), c.batch_execute("COMMIT"),);
         let inserted = inserted?;
@@ -321,14 +324,15 @@ async fn writer(
 }
 
 impl Ledger for PgLedger {
-    fn append(&self, draft: Draft) -> BoxFuture<'_, Result<Receipt>> {
-        Box::pin(async move {
-            let (job, rx) = Job::new(draft)?;
-            if self.jobs.send(job).is_err() {
-                bail!("the ledger writer has stopped");
-            }
-            answered(rx).await
-        })
+    fn append(&self, draft: Draft) -> BoxFuture<'static, Result<Receipt>> {
+        // Sent now, not when first polled: the order of appends is the order in the chain.
+        let sent = Job::new(draft).and_then(|(job, rx)| {
+            self.jobs
+                .send(job)
+                .map_err(|_| anyhow::anyhow!("the ledger writer has stopped"))?;
+            Ok(rx)
+        });
+        Box::pin(async move { answered(sent?).await })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>> {
@@ -505,8 +509,7 @@ impl Reader {
     pub async fn tree(&self, root: &str) -> Result<Vec<Receipt>> {
         let rows = self
             .query(
-                "SELECT seq, body, prev_hash, hash FROM receipts
-                 WHERE (body::jsonb ->> 'root') = $1 ORDER BY seq",
+                "SELECT seq, body, prev_hash, hash FROM receipts WHERE root = $1 ORDER BY seq",
                 &[&root],
             )
             .await

@@ -41,8 +41,11 @@ CREATE TABLE IF NOT EXISTS tokens (
   claims TEXT,
   minted_at TEXT,
   revoked_at TEXT
-);
-CREATE INDEX IF NOT EXISTS receipts_root ON receipts (json_extract(body, '$.root'));";
+);";
+
+/// The column a step's receipt names its tree's root in (added to ledgers made before trees).
+const TREE: &str =
+    "CREATE INDEX IF NOT EXISTS receipts_root ON receipts (root) WHERE root IS NOT NULL;";
 
 fn open_db(path: &Path) -> Result<Connection> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -53,8 +56,16 @@ fn open_db(path: &Path) -> Result<Connection> {
         Connection::open(path).with_context(|| format!("opening ledger {}", path.display()))?;
     db.pragma_update(None, "journal_mode", "WAL")?;
     db.pragma_update(None, "synchronous", "FULL")?;
+
     db.busy_timeout(std::time::Duration::from_secs(5))?;
     db.execute_batch(SCHEMA)?;
+    let has_root: bool = db
+        .prepare("SELECT 1 FROM pragma_table_info('receipts') WHERE name = 'root'")?
+        .exists([])?;
+    if !has_root {
+        db.execute_batch("ALTER TABLE receipts ADD COLUMN root TEXT")?;
+    }
+    db.execute_batch(TREE)?;
     Ok(db)
 }
 
@@ -71,9 +82,21 @@ impl SqliteLedger {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         let writer_stats = stats.clone();
+        // The writer does not checkpoint the log itself: a thread of its own copies it into
+        // the database, off the path every receipt waits on.
+        db.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let checkpointer = open_db(path)?;
+        let alive = Arc::new(());
+        let watch = Arc::downgrade(&alive);
         std::thread::Builder::new()
             .name("capdir-ledger".into())
-            .spawn(move || writer(db, rx, &writer_stats))?;
+            .spawn(move || {
+                let _alive = alive;
+                writer(db, rx, &writer_stats)
+            })?;
+        std::thread::Builder::new()
+            .name("capdir-checkpoint".into())
+            .spawn(move || checkpoint(checkpointer, &watch))?;
         Ok(SqliteLedger {
             path: path.to_path_buf(),
             jobs: tx,
@@ -97,10 +120,18 @@ fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
     let links = link(last_link(&tx)?, jobs);
     {
         let mut insert = tx.prepare_cached(
-            "INSERT INTO receipts (seq, id, body, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO receipts (seq, id, body, prev_hash, hash, root)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
         for (job, (seq, prev_hash, hash)) in jobs.iter().zip(&links) {
-            insert.execute(params![seq, job.draft.id, job.body, prev_hash, hash])?;
+            insert.execute(params![
+                seq,
+                job.draft.id,
+                job.body,
+                prev_hash,
+                hash,
+                job.draft.root
+            ])?;
         }
     }
     tx.commit()?;
@@ -122,20 +153,34 @@ fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stat
     }
 }
 
+/// Copy the log into the database whenever it has grown past 1000 pages (SQLite's own
+/// threshold), without blocking the writer (`PASSIVE`), for as long as the writer runs.
+fn checkpoint(db: Connection, writer: &std::sync::Weak<()>) {
+    while writer.upgrade().is_some() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let frames: Result<i64, _> =
+            db.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1));
+        if let Err(e) = frames {
+            tracing::warn!(error = %e, "ledger checkpoint");
+        }
+    }
+}
+
 fn read_only(path: &Path) -> Result<Connection> {
     Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .with_context(|| format!("opening ledger {}", path.display()))
 }
 
 impl Ledger for SqliteLedger {
-    fn append(&self, draft: super::Draft) -> BoxFuture<'_, Result<Receipt>> {
-        Box::pin(async move {
-            let (job, rx) = Job::new(draft)?;
-            if self.jobs.send(job).is_err() {
-                bail!("the ledger writer has stopped");
-            }
-            answered(rx).await
-        })
+    fn append(&self, draft: super::Draft) -> BoxFuture<'static, Result<Receipt>> {
+        // Sent now, not when first polled: the order of appends is the order in the chain.
+        let sent = Job::new(draft).and_then(|(job, rx)| {
+            self.jobs
+                .send(job)
+                .map_err(|_| anyhow::anyhow!("the ledger writer has stopped"))?;
+            Ok(rx)
+        });
+        Box::pin(async move { answered(sent?).await })
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>> {
@@ -228,10 +273,8 @@ impl SqliteLedger {
 /// The receipts below the top-level call `root`, in chain order.
 pub fn tree(path: &Path, root: &str) -> Result<Vec<Receipt>> {
     let db = read_only(path)?;
-    let mut q = db.prepare(
-        "SELECT seq, body, prev_hash, hash FROM receipts
-         WHERE json_extract(body, '$.root') = ?1 ORDER BY seq",
-    )?;
+    let mut q =
+        db.prepare("SELECT seq, body, prev_hash, hash FROM receipts WHERE root = ?1 ORDER BY seq")?;
     let rows = q.query_map([root], |r| {
         Ok((r.get(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get(3)?))
     })?;
