@@ -524,9 +524,28 @@ async fn a_tree_reads_back_below_its_root(b: Backend) {
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["key"], "INNER_FLOW");
     assert_eq!(v["children"][0]["key"], "DEEP");
+    // A repair names the call it corrects; the corrected one finds it.
+    let repair = ledger
+        .append(Draft {
+            repairs: Some(a.draft.id.clone()),
+            ..draft("STEP_A")
+        })
+        .await
+        .expect("append");
+    assert_eq!(
+        ledger.repaired_by(&a.draft.id).await.expect("repaired_by"),
+        [repair.draft.id.clone()]
+    );
+    assert!(
+        ledger
+            .repaired_by(&top.draft.id)
+            .await
+            .expect("repaired_by")
+            .is_empty()
+    );
     assert_eq!(
         ledger.verify().await.expect("verify"),
-        Verdict::Intact { receipts: 5 }
+        Verdict::Intact { receipts: 6 }
     );
 }
 

@@ -420,6 +420,50 @@ async fn tools_call_goes_through_the_gate_and_writes_a_receipt() {
     let r = ledger::get(&f.ledger_path(), id).unwrap().unwrap();
     assert_eq!(r.draft.status, "REFUSED");
 
+    // The refused call is repaired through the same tool, `repairs` beside the arguments;
+    // both receipts show the lineage, one each way.
+    let failed = id.to_string();
+    let v = call(
+        &s,
+        &sid,
+        "tools/call",
+        json!({"name": "GOOD_ECHO", "arguments": {"body": "now with text", "repairs": failed}}),
+    )
+    .await;
+    let (is_error, doc) = result_document(&v);
+    assert!(!is_error, "{v}");
+    let repair = doc["receipt"].as_str().expect("receipt").to_string();
+    let r = ledger::get(&f.ledger_path(), &repair).unwrap().unwrap();
+    assert_eq!(r.draft.repairs.as_deref(), Some(failed.as_str()));
+    assert_eq!(r.draft.input, "now with text");
+    let res = app(s.clone())
+        .oneshot(
+            Request::get(format!("/receipt/{failed}"))
+                .header("x-owner-key", OWNER)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let full: Json = serde_json::from_slice(&bytes).expect("json");
+    assert_eq!(full["repaired_by"], json!([repair]));
+    let v = call(
+        &s,
+        &sid,
+        "tools/call",
+        json!({"name": "GOOD_ECHO", "arguments": {"body": "x", "repairs": 7}}),
+    )
+    .await;
+    let (is_error, doc) = result_document(&v);
+    assert!(is_error);
+    assert_eq!(doc["error"]["code"], "bad_body");
+    // Every full tool offers `repairs`.
+    let tools = call(&s, &sid, "tools/list", json!({})).await;
+    for t in tools["result"]["tools"].as_array().expect("tools") {
+        assert!(t["inputSchema"]["properties"]["repairs"].is_object(), "{t}");
+    }
+
     // A typed row takes its arguments by name; a bad one is refused naming it.
     let v = call(
         &s,

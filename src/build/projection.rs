@@ -20,6 +20,9 @@ pub fn registry_entry(row: &Row, urls: &Urls, fingerprint: &str) -> Json {
     })
 }
 
+/// The argument of every MCP tool that names the failed call it repairs.
+pub const REPAIRS: &str = "repairs";
+
 /// The MCP tool for a row: name = key, description = WHAT and WHEN_TO_USE, the input schema
 /// (or a single `body` string described by the ARGS line), and behaviour hints.
 pub fn mcp_tool(row: &Row) -> Json {
@@ -44,6 +47,18 @@ pub fn mcp_tool(row: &Row) -> Json {
         }
         schema
     });
+    // Any call may repair a failed one; a row's own `repairs` argument, if it has one, wins.
+    let mut input_schema = input_schema;
+    if let Some(props) = input_schema
+        .get_mut("properties")
+        .and_then(Json::as_object_mut)
+        .filter(|p| !p.contains_key(REPAIRS))
+    {
+        props.insert(
+            REPAIRS.into(),
+            json!({"type": "string", "description": "Optional: the receipt id (inv_…) of a failed call this one corrects."}),
+        );
+    }
     let read_only = Contract::read_only(row);
     json!({
         "name": row.key,

@@ -257,7 +257,15 @@ impl Dispatcher {
             .tree(&root)
             .await
             .map_err(|e| DispatchError::unavailable("ledger read failed", e))?;
-        Ok(ledger::nest(r, &below))
+        let repaired_by = self
+            .ledger
+            .repaired_by(&r.draft.id)
+            .await
+            .map_err(|e| DispatchError::unavailable("ledger read failed", e))?;
+        Ok(ledger::Node {
+            repaired_by,
+            ..ledger::nest(r, &below)
+        })
     }
 
     /// What `caller` may do with `row` here, now: the gate's checks, run without running.

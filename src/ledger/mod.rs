@@ -31,6 +31,9 @@ pub struct Node {
     pub receipt: Receipt,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<Node>,
+    /// The receipts of the calls that repaired this one (filled for the receipt asked about).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repaired_by: Vec<String>,
 }
 
 /// The tree under `top` from the receipts of its whole tree (`Ledger::tree` of its root).
@@ -43,6 +46,7 @@ pub fn nest(top: Receipt, below: &[Receipt]) -> Node {
     Node {
         receipt: top,
         children,
+        repaired_by: Vec::new(),
     }
 }
 
@@ -193,6 +197,8 @@ pub trait Ledger: Send + Sync {
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>>;
     /// The receipts below the top-level call `root` (its steps, theirs…), in chain order.
     fn tree<'a>(&'a self, root: &'a str) -> BoxFuture<'a, Result<Vec<Receipt>>>;
+    /// The ids of the receipts that repaired `id` (that name it in `repairs`), in chain order.
+    fn repaired_by<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<String>>>;
     /// Walk the whole chain from the first receipt; stop at the first broken link.
     fn verify(&self) -> BoxFuture<'_, Result<Verdict>>;
     /// Commits so far and their total time in seconds (for `/metrics`).

@@ -68,9 +68,10 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (
         3,
-        "receipt trees: the receipts below a top-level call, by its id",
-        "ALTER TABLE receipts ADD COLUMN root TEXT;
-         CREATE INDEX receipts_root ON receipts (root) WHERE root IS NOT NULL;",
+        "receipt trees and repairs: the receipts below a call, and the ones that repaired it",
+        "ALTER TABLE receipts ADD COLUMN root TEXT, ADD COLUMN repairs TEXT;
+         CREATE INDEX receipts_root ON receipts (root) WHERE root IS NOT NULL;
+         CREATE INDEX receipts_repairs ON receipts (repairs) WHERE repairs IS NOT NULL;",
     ),
 ];
 
@@ -236,9 +237,9 @@ impl WriterConn {
             .await?;
         let insert = client
             .prepare(
-                "INSERT INTO receipts (seq, id, body, prev_hash, hash, root)
+                "INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
                  SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],
-                                      $6::text[])",
+                                      $6::text[], $7::text[])",
             )
             .await?;
         Ok(WriterConn {
@@ -275,8 +276,9 @@ impl WriterConn {
         let prevs: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
         let hashes: Vec<&str> = links.iter().map(|l| l.2.as_str()).collect();
         let roots: Vec<Option<&str>> = jobs.iter().map(|j| j.draft.root.as_deref()).collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-            [&seqs, &ids, &bodies, &prevs, &hashes, &roots];
+        let repairs: Vec<Option<&str>> = jobs.iter().map(|j| j.draft.repairs.as_deref()).collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+            [&seqs, &ids, &bodies, &prevs, &hashes, &roots, &repairs];
         let (inserted, committed) =
             tokio::join!(c.execute(&self.insert, &params), c.batch_execute("COMMIT"),);
         let inserted = inserted?;
@@ -341,6 +343,10 @@ impl Ledger for PgLedger {
 
     fn tree<'a>(&'a self, root: &'a str) -> BoxFuture<'a, Result<Vec<Receipt>>> {
         Box::pin(self.reader.tree(root))
+    }
+
+    fn repaired_by<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(self.reader.repaired_by(id))
     }
 
     fn verify(&self) -> BoxFuture<'_, Result<Verdict>> {
@@ -517,6 +523,18 @@ impl Reader {
         rows.iter()
             .map(|r| row_to_receipt(r.get(0), r.get(1), r.get(2), r.get(3)))
             .collect()
+    }
+
+    /// The ids of the receipts that name `id` in `repairs`, in chain order.
+    pub async fn repaired_by(&self, id: &str) -> Result<Vec<String>> {
+        let rows = self
+            .query(
+                "SELECT id FROM receipts WHERE repairs = $1 ORDER BY seq",
+                &[&id],
+            )
+            .await
+            .with_context(|| format!("reading the repairs of {id} from {}", self.url))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Walk the chain in pages of `seq` order; stop at the first broken link.

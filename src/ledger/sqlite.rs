@@ -43,9 +43,11 @@ CREATE TABLE IF NOT EXISTS tokens (
   revoked_at TEXT
 );";
 
-/// The column a step's receipt names its tree's root in (added to ledgers made before trees).
-const TREE: &str =
-    "CREATE INDEX IF NOT EXISTS receipts_root ON receipts (root) WHERE root IS NOT NULL;";
+/// The columns a receipt names its tree's root and the call it repairs in (added to ledgers
+/// made before them), indexed where set.
+const LINKS: &str = "
+CREATE INDEX IF NOT EXISTS receipts_root ON receipts (root) WHERE root IS NOT NULL;
+CREATE INDEX IF NOT EXISTS receipts_repairs ON receipts (repairs) WHERE repairs IS NOT NULL;";
 
 fn open_db(path: &Path) -> Result<Connection> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -59,13 +61,15 @@ fn open_db(path: &Path) -> Result<Connection> {
 
     db.busy_timeout(std::time::Duration::from_secs(5))?;
     db.execute_batch(SCHEMA)?;
-    let has_root: bool = db
-        .prepare("SELECT 1 FROM pragma_table_info('receipts') WHERE name = 'root'")?
-        .exists([])?;
-    if !has_root {
-        db.execute_batch("ALTER TABLE receipts ADD COLUMN root TEXT")?;
+    for column in ["root", "repairs"] {
+        let has: bool = db
+            .prepare("SELECT 1 FROM pragma_table_info('receipts') WHERE name = ?1")?
+            .exists([column])?;
+        if !has {
+            db.execute_batch(&format!("ALTER TABLE receipts ADD COLUMN {column} TEXT"))?;
+        }
     }
-    db.execute_batch(TREE)?;
+    db.execute_batch(LINKS)?;
     Ok(db)
 }
 
@@ -120,8 +124,8 @@ fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
     let links = link(last_link(&tx)?, jobs);
     {
         let mut insert = tx.prepare_cached(
-            "INSERT INTO receipts (seq, id, body, prev_hash, hash, root)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         for (job, (seq, prev_hash, hash)) in jobs.iter().zip(&links) {
             insert.execute(params![
@@ -130,7 +134,8 @@ fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
                 job.body,
                 prev_hash,
                 hash,
-                job.draft.root
+                job.draft.root,
+                job.draft.repairs
             ])?;
         }
     }
@@ -191,6 +196,11 @@ impl Ledger for SqliteLedger {
     fn tree<'a>(&'a self, root: &'a str) -> BoxFuture<'a, Result<Vec<Receipt>>> {
         let (path, root) = (self.path.clone(), root.to_string());
         Box::pin(async move { tokio::task::spawn_blocking(move || tree(&path, &root)).await? })
+    }
+
+    fn repaired_by<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        let (path, id) = (self.path.clone(), id.to_string());
+        Box::pin(async move { tokio::task::spawn_blocking(move || repaired_by(&path, &id)).await? })
     }
 
     fn verify(&self) -> BoxFuture<'_, Result<Verdict>> {
@@ -283,6 +293,14 @@ pub fn tree(path: &Path, root: &str) -> Result<Vec<Receipt>> {
         row_to_receipt(seq, &body, prev, hash)
     })
     .collect()
+}
+
+/// The ids of the receipts that name `id` in `repairs`, in chain order.
+pub fn repaired_by(path: &Path, id: &str) -> Result<Vec<String>> {
+    let db = read_only(path)?;
+    let mut q = db.prepare("SELECT id FROM receipts WHERE repairs = ?1 ORDER BY seq")?;
+    let ids = q.query_map([id], |r| r.get(0))?;
+    Ok(ids.collect::<Result<_, _>>()?)
 }
 
 pub fn get(path: &Path, id: &str) -> Result<Option<Receipt>> {

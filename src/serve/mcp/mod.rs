@@ -13,7 +13,7 @@ pub mod http;
 pub mod stdio;
 
 use crate::access::auth::Caller;
-use crate::build::projection;
+use crate::build::projection::{self, REPAIRS};
 use crate::dispatch::{DispatchError, InvokeRequest, Live};
 use crate::search::ask;
 use crate::serve::{ApiError, AppState};
@@ -651,12 +651,33 @@ async fn call_row(
         let refs: Vec<&str> = suggestions.iter().map(String::as_str).collect();
         return Err(unknown_tool(name, &refs));
     };
+    // `repairs` names the failed call this one corrects, unless the row has an argument of
+    // that name itself (then it is the row's).
+    let own = callable
+        .row
+        .input_schema
+        .as_ref()
+        .and_then(|s| s.get("properties"))
+        .is_some_and(|p| p.get(REPAIRS).is_some());
+    let repairs = match (own, arguments.get(REPAIRS)) {
+        (true, _) | (false, None) => None,
+        (false, Some(Json::String(id))) => Some(id.clone()),
+        (false, Some(_)) => {
+            return Ok(tool_error(&bad_arguments(
+                "`repairs` must be a receipt id (inv_…)",
+                "name the failed invocation this one corrects, as its receipt says",
+            )));
+        }
+    };
+    if !own {
+        arguments.remove(REPAIRS);
+    }
     let request = if callable.row.input_schema.is_some() {
         InvokeRequest {
             key: name.to_string(),
             body: None,
             args: Some(arguments),
-            repairs: None,
+            repairs,
         }
     } else {
         let body = match arguments.remove("body") {
@@ -671,7 +692,7 @@ async fn call_row(
         };
         if let Some(extra) = arguments.keys().next() {
             return Ok(tool_error(&bad_arguments(
-                format!("{name} takes one argument, `body`; `{extra}` is not one"),
+                format!("{name} takes `body` (and `repairs`); `{extra}` is not one"),
                 "send the arguments as one string in `body`, pieces split on `|`",
             )));
         }
@@ -679,7 +700,7 @@ async fn call_row(
             key: name.to_string(),
             body,
             args: None,
-            repairs: None,
+            repairs,
         }
     };
     drop(live);
