@@ -323,3 +323,87 @@ async fn a_pinned_token_sees_a_changed_prompt_block_as_a_changed_contract() {
     assert_eq!(status, StatusCode::CONFLICT, "{v}");
     assert_eq!(v["error"]["code"], "contract_changed");
 }
+
+#[tokio::test]
+async fn router_tags_run_in_order_each_through_the_gate_and_their_output_is_never_run() {
+    let (f, hits) = fixture().await;
+    let s = state(&f, false);
+    let scoped = token(&["UPPER_STEP", "ECHO_STEP"], Risk::Low, None);
+    let text = "Loud: [UPPER_STEP]hi[/UPPER_STEP]. Secret: [SECRET_HIT]x[/SECRET_HIT]. \
+                Echoed: [ECHO_STEP][UPPER_STEP]not run[/UPPER_STEP][/ECHO_STEP]. [NOPE]open";
+    let req = Request::post("/api/route")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {scoped}"))
+        .body(Body::from(json!({"text": text}).to_string()))
+        .unwrap();
+    let res = app(s.clone()).oneshot(req).await.expect("route");
+    assert_eq!(res.status(), StatusCode::OK);
+    let bytes = res.into_body().collect().await.expect("body").to_bytes();
+    let v: Json = serde_json::from_slice(&bytes).expect("json");
+    let routed = v["text"].as_str().expect("text");
+    assert!(
+        routed.starts_with("Loud: HI. Secret: ERR:scope:"),
+        "{routed}"
+    );
+    assert!(
+        routed.ends_with("Echoed: [UPPER_STEP]not run[/UPPER_STEP]. [NOPE]open"),
+        "a tag's output is never run: {routed}"
+    );
+    let tags = v["tags"].as_array().expect("tags");
+    let got: Vec<(&str, &str)> = tags
+        .iter()
+        .map(|t| (t["key"].as_str().unwrap(), t["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("UPPER_STEP", "PROVEN_MATERIAL_RESULT"),
+            ("SECRET_HIT", "REFUSED"),
+            ("ECHO_STEP", "PROVEN_MATERIAL_RESULT"),
+        ]
+    );
+    assert_eq!(tags[1]["error"], "scope");
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the refused tag never ran");
+    // Each tag has its receipt in the ledger, in the order the tags ran.
+    let all = receipts(&f);
+    let ids: Vec<&Json> = all.iter().map(|r| &r["id"]).collect();
+    for t in tags {
+        assert!(ids.contains(&&t["receipt"]), "{t}");
+    }
+    assert_eq!(all.len(), 3);
+
+    // Without a credential on a closed dispatcher: 401 before anything runs.
+    let req = Request::post("/api/route")
+        .header("content-type", "application/json")
+        .body(Body::from(json!({"text": text}).to_string()))
+        .unwrap();
+    let res = app(s.clone()).oneshot(req).await.expect("route");
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(receipts(&f).len(), 3);
+
+    // The command line, as the local owner, on the same site and ledger.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args([
+            "route",
+            "[UPPER_STEP]from the shell[/UPPER_STEP] [NOPE_X]y[/NOPE_X]",
+        ])
+        .arg("--site")
+        .arg(f.site())
+        .arg("--ledger")
+        .arg(format!("sqlite:{}", f.ledger_path().display()))
+        .arg("--data")
+        .arg(f.dir.path().join("data"))
+        .output()
+        .expect("capdir route");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a tag did not succeed: {printed}"
+    );
+    assert!(
+        printed.starts_with("FROM THE SHELL ERR:unknown_key:no row has the key `NOPE_X`"),
+        "{printed}"
+    );
+    assert_eq!(receipts(&f).len(), 4, "the shell's tag has its receipt too");
+}

@@ -85,6 +85,8 @@ pub struct Contract {
     pub contract_url: Option<String>,
     pub invoke_url: Option<String>,
     pub example_request: String,
+    /// The example call as a router tag, for a model to write in its text.
+    pub example_tag: String,
     pub receipt_url: Option<String>,
     pub confirm_url: Option<String>,
     /// This contract as a file of the static site (`…/k/KEY.md`).
@@ -251,6 +253,7 @@ impl Contract {
             contract_url: urls.contract(&row.key),
             invoke_url: dispatcher.map(|d| format!("{d}/api/dispatch")),
             example_request: format!(r#"{{"key":"{}","body":{body_json}}}"#, row.key),
+            example_tag: crate::row::route::example_tag(&row.key, &ex),
             receipt_url: dispatcher.map(|d| format!("{d}/receipt/inv_…")),
             confirm_url: dispatcher.map(|d| format!("{d}/api/dispatch?confirm=inv_…")),
             markdown_url: urls.site_file(&format!("k/{}.md", row.key)),

@@ -11,6 +11,7 @@ mod invoke;
 mod ledger;
 mod mcp;
 mod new;
+mod route;
 mod serve;
 pub mod token;
 
@@ -47,6 +48,8 @@ enum Command {
     Serve(serve::Args),
     /// Serve the catalogue as an MCP server on standard input and output, as the local owner.
     Mcp(mcp::Args),
+    /// Run the router tags ([KEY]args[/KEY]) of a text as the local owner, with receipts.
+    Route(route::Args),
     /// Mint, revoke and list capability tokens.
     Token(token::Args),
     /// Check or read the receipt ledger.
@@ -67,6 +70,7 @@ pub fn run() -> ExitCode {
         Command::Invoke(a) => invoke::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Mcp(a) => mcp::run(a),
+        Command::Route(a) => route::run(a),
         Command::Token(a) => token::run(a),
         Command::Ledger(a) => ledger::run(a),
         Command::Breaker(a) => breaker::run(a),

@@ -45,6 +45,27 @@ pub struct Invoked {
     pub truncated: bool,
 }
 
+/// A text whose router tags ran: each tag replaced by its output, or by its refusal.
+#[derive(Debug, serde::Serialize)]
+pub struct Routed {
+    pub text: String,
+    pub tags: Vec<RoutedTag>,
+}
+
+/// One tag of a routed text, as it ran.
+#[derive(Debug, serde::Serialize)]
+pub struct RoutedTag {
+    pub key: String,
+    /// Its receipt; none when it was refused before one could be written (an unknown key).
+    pub receipt: Option<String>,
+    pub status: String,
+    /// What replaced the tag in the text.
+    pub output: String,
+    /// The stable code, when it did not succeed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'static str>,
+}
+
 /// One invocation as a caller asks for it (the body of `POST /api/dispatch`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -467,6 +488,59 @@ impl Dispatcher {
             output,
             duration: outcome.duration,
             truncated: outcome.truncated,
+        })
+    }
+
+    /// Run the router tags of `text` (`[KEY]args[/KEY]`) in the order they appear, each as a
+    /// call of its own by `caller` through the gate, with its own receipt; answer the text with
+    /// each tag replaced by its output or its refusal. What a tag's output says is never run.
+    /// Only the dispatcher failing its part (the ledger) stops the text.
+    pub async fn route(&self, caller: &Caller, text: &str) -> Result<Routed, DispatchError> {
+        let found = crate::row::route::tags(text);
+        let mut tags = Vec::with_capacity(found.len());
+        for tag in &found {
+            let request = InvokeRequest {
+                key: tag.key.to_string(),
+                body: Some(tag.args.to_string()),
+                args: None,
+                repairs: None,
+            };
+            let ran = match self.dispatch(caller, request).await {
+                Ok(done) => RoutedTag {
+                    key: tag.key.to_string(),
+                    receipt: Some(done.receipt.draft.id.clone()),
+                    status: done.receipt.draft.status.clone(),
+                    output: done.output,
+                    error: None,
+                },
+                Err(e @ (DispatchError::Unavailable { .. } | DispatchError::Saturated { .. })) => {
+                    return Err(e);
+                }
+                Err(e) => {
+                    let message = e.message();
+                    RoutedTag {
+                        key: tag.key.to_string(),
+                        receipt: e.receipt().map(|r| r.draft.id.clone()),
+                        status: e
+                            .receipt()
+                            .map_or(Status::Refused.as_str().to_string(), |r| {
+                                r.draft.status.clone()
+                            }),
+                        output: if message.starts_with("ERR:") {
+                            message
+                        } else {
+                            format!("ERR:{}:{message}", e.code())
+                        },
+                        error: Some(e.code()),
+                    }
+                }
+            };
+            tags.push(ran);
+        }
+        let outputs: Vec<String> = tags.iter().map(|t| t.output.clone()).collect();
+        Ok(Routed {
+            text: crate::row::route::replace(text, &found, &outputs),
+            tags,
         })
     }
 

@@ -12,6 +12,7 @@ pub mod catalogue;
 pub mod credential;
 pub mod diag;
 pub mod flow;
+pub mod route;
 pub mod target;
 pub mod template;
 pub mod urls;

@@ -314,6 +314,52 @@ fn invoked_response(done: &Invoked) -> Response {
     response
 }
 
+/// The body of `POST /api/route`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteRequest {
+    text: String,
+}
+
+/// `POST /api/route {"text"}`: run the router tags of a text, each through the gate with its
+/// receipt; the text comes back with each tag replaced.
+pub(super) async fn route_post(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let caller = authenticate(state.keys(), &headers)?;
+    if !state.is_open() {
+        auth::require_credential(&caller)?;
+    }
+    let bytes = body_bytes(&state, req).await?;
+    let parsed: RouteRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+            format!("not a text to route: {e}"),
+            r#"send JSON: {"text": "… [SHA256]hello[/SHA256] …"}"#,
+        )
+    })?;
+    let routed = state.dispatcher().route(&caller, &parsed.text).await?;
+    Ok(axum::Json(routed).into_response())
+}
+
+/// A request's body, refused with 413 over the body limit.
+async fn body_bytes(state: &AppState, req: Request) -> Result<axum::body::Bytes, ApiError> {
+    let limit = state.inner.body_limit;
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("the request body is over {limit} bytes"),
+                "send less; large inputs belong behind a URL",
+            )
+        })
+}
+
 fn bad_body(message: impl Into<String>) -> ApiError {
     ApiError::new(
         StatusCode::BAD_REQUEST,
@@ -325,17 +371,7 @@ fn bad_body(message: impl Into<String>) -> ApiError {
 
 /// Read and parse an invocation body, refusing one over the body limit with 413.
 async fn read_request(state: &AppState, req: Request) -> Result<InvokeRequest, ApiError> {
-    let limit = state.inner.body_limit;
-    let bytes = axum::body::to_bytes(req.into_body(), limit)
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("the request body is over {limit} bytes"),
-                "send less; large inputs belong behind a URL",
-            )
-        })?;
+    let bytes = body_bytes(state, req).await?;
     let parsed: InvokeRequest =
         serde_json::from_slice(&bytes).map_err(|e| bad_body(format!("not an invocation: {e}")))?;
     if parsed.body.is_some() && parsed.args.is_some() {

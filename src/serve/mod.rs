@@ -27,7 +27,7 @@ use crate::ledger::Ledger;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
-use axum::routing::{MethodRouter, get};
+use axum::routing::{MethodRouter, get, post};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -171,7 +171,7 @@ fn table() -> [(
     &'static str,
     &'static [&'static str],
     MethodRouter<AppState>,
-); 5] {
+); 6] {
     [
         (
             "/api/dispatch",
@@ -183,6 +183,7 @@ fn table() -> [(
             &["get", "post"],
             get(receipt::receipt).post(receipt::receipt_form),
         ),
+        ("/api/route", &["post"], post(api::route_post)),
         ("/metrics", &["get"], get(api::metrics)),
         (
             "/mcp",
