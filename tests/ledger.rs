@@ -532,10 +532,8 @@ async fn a_tree_reads_back_below_its_root(b: Backend) {
         })
         .await
         .expect("append");
-    assert_eq!(
-        ledger.repaired_by(&a.draft.id).await.expect("repaired_by"),
-        [repair.draft.id.clone()]
-    );
+    let repaired_by = ledger.repaired_by(&a.draft.id).await.expect("repaired_by");
+    assert_eq!(repaired_by, std::slice::from_ref(&repair.draft.id));
     assert!(
         ledger
             .repaired_by(&top.draft.id)

@@ -72,6 +72,43 @@ fn equal_scores_go_to_the_lower_planner_rank() {
     assert_eq!(top(&s, "convert recipe"), vec!["TIE_B", "TIE_A"]);
 }
 
+/// `planner_visible: false` keeps a row out of asks (it stays callable by key); the bundled
+/// prompt blocks are such rows.
+#[test]
+fn rows_hidden_from_planners_never_answer_an_ask() {
+    let rows = bundled();
+    let hidden: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.enabled && !r.planner_visible)
+        .collect();
+    assert!(!hidden.is_empty());
+    let s = Searcher::in_memory(&rows).unwrap();
+    for r in hidden {
+        for q in r.asks.iter().chain(std::iter::once(&r.key)) {
+            assert!(!top(&s, q).contains(&r.key), "{} found by {q:?}", r.key);
+        }
+    }
+}
+
+/// `planner_rank` weighs the score, not only ties: of two rows that match a request almost
+/// equally well, the lower rank wins; a row that matches much better still wins over rank.
+#[test]
+fn planner_rank_weighs_close_candidates() {
+    let rows = check_files(&[
+        row("CLOSE_A", "Convert a recipe to metric units.", 100),
+        row("CLOSE_B", "Convert a recipe to metric units fast.", 10),
+        row("FAR_C", "Translate a poem.", 0),
+    ])
+    .rows;
+    let s = Searcher::in_memory(&rows).unwrap();
+    let got = top(&s, "convert recipe metric units");
+    assert_eq!(got[..2], ["CLOSE_B", "CLOSE_A"]);
+    assert!(!got.contains(&"FAR_C".to_string()));
+    assert!(capdir::search::rank_weight(0) > capdir::search::rank_weight(100));
+    assert!(capdir::search::rank_weight(100) > capdir::search::rank_weight(500));
+    assert_eq!(capdir::search::rank_weight(100), 1.0);
+}
+
 #[test]
 fn run_together_key_parts_are_split_with_the_catalogue_words() {
     let rows = check_files(&[

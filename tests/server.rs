@@ -454,8 +454,23 @@ async fn registry_by_category_and_run_now_links_for_every_candidate() {
             &fn_row(key, category, "Returns the words it is given, for a demo."),
         );
     }
-    repo.commit("three rows", "2024-01-01T10:00:00Z");
+    // `seq` pins a row's place in listings, ahead of the rows listed by key.
+    repo.write(
+        "ROW_ZETA.yaml",
+        &format!(
+            "{}seq: 1\n",
+            fn_row(
+                "ROW_ZETA",
+                "text",
+                "Returns the words it is given, pinned first."
+            )
+        ),
+    );
+    repo.commit("four rows", "2024-01-01T10:00:00Z");
     let f = Fixture::new(repo);
+    let page = std::fs::read_to_string(f.site().join("c/text.html")).expect("category page");
+    let at = |k: &str| page.find(k).expect(k);
+    assert!(at("ROW_ZETA") < at("ROW_ALPHA") && at("ROW_ALPHA") < at("ROW_BETA"));
     let s = state(&f);
 
     let (st, text) = get(&s, "/api/dispatch?registry=1&category=text").await;
@@ -467,7 +482,7 @@ async fn registry_by_category_and_run_now_links_for_every_candidate() {
         .iter()
         .map(|r| r["key"].as_str().unwrap())
         .collect();
-    assert_eq!(keys, ["ROW_ALPHA", "ROW_BETA"]);
+    assert_eq!(keys, ["ROW_ZETA", "ROW_ALPHA", "ROW_BETA"]);
     assert_eq!(v["category"], "text");
     let (_, text) = get(&s, "/api/dispatch?registry=1&category=nothing-here").await;
     let v: Json = serde_json::from_str(&text).expect("json");
@@ -485,7 +500,7 @@ async fn registry_by_category_and_run_now_links_for_every_candidate() {
     assert_eq!(st, StatusCode::OK);
     let v: Json = serde_json::from_str(&text).expect("json");
     let candidates = v["candidates"].as_array().expect("candidates");
-    assert_eq!(candidates.len(), 3, "{v}");
+    assert_eq!(candidates.len(), 4, "{v}");
     for c in candidates {
         let key = c["key"].as_str().expect("key");
         assert_eq!(

@@ -498,8 +498,13 @@ pub fn write_pages(
         let name = crate::row::category_name(&c.category).to_string();
         by_cat.entry(name).or_default().push(summary(c));
     }
+    let seqs: HashMap<&str, Option<i64>> = rows.iter().map(|r| (r.key.as_str(), r.seq)).collect();
+    let seq = |key: &str| seqs.get(key).copied().flatten();
     for rows in by_cat.values_mut() {
-        rows.sort_by(|a, b| a.key.cmp(b.key));
+        rows.sort_by(|a, b| {
+            crate::row::listing_order(seq(a.key), a.key)
+                .cmp(&crate::row::listing_order(seq(b.key), b.key))
+        });
     }
     // Newest first; the key breaks ties so the same commit builds the same page.
     let mut added: Vec<RowSummary> = contracts
@@ -619,9 +624,12 @@ pub fn write_projections(
     categories: &[String],
     prints: &HashMap<String, String>,
 ) -> Result<()> {
-    let registry: Vec<_> = rows
-        .iter()
-        .filter(|r| !r.is_test_shaped())
+    let mut listed: Vec<&Row> = rows.iter().filter(|r| !r.is_test_shaped()).collect();
+    listed.sort_by(|a, b| {
+        crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
+    });
+    let registry: Vec<_> = listed
+        .into_iter()
         .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
         .collect();
     // The lists are moved into their documents (`json!` would copy them).

@@ -630,7 +630,8 @@ pub fn asks_gate(rows: &[Row]) -> Vec<Diagnostic> {
         }
     };
     let mut d = Vec::new();
-    for row in rows.iter().filter(|r| r.enabled) {
+    // A row kept from planners is not asked for: its asks are not checked.
+    for row in rows.iter().filter(|r| r.enabled && r.planner_visible) {
         for (i, ask) in row.asks.iter().enumerate() {
             let hits = match searcher.ask(ask, 12) {
                 Ok(h) => h,

@@ -321,6 +321,12 @@ pub fn category_name(category: &str) -> &str {
     }
 }
 
+/// Where a row stands in a listing (the registry, category pages): rows with a `seq` first, in
+/// `seq` order, then the rest by key.
+pub fn listing_order(seq: Option<i64>, key: &str) -> (bool, i64, &str) {
+    (seq.is_none(), seq.unwrap_or(0), key)
+}
+
 /// `ZZ_TEST_*`, `TEST_*`, `*_TEST`: keys that exist to exercise the system, not to be used.
 pub fn is_test_key(key: &str) -> bool {
     key.starts_with("ZZ_") || key.starts_with("TEST_") || key.ends_with("_TEST")

@@ -273,10 +273,21 @@ fn add_rows(index: &Index, fields: &Fields, rows: &[&Row]) -> Result<()> {
 }
 
 /// The rows an index holds: enabled ones, in key order.
+/// The rows an ask may answer with: enabled and visible to planners (`planner_visible: false`
+/// keeps a row callable by key but out of asks).
 fn indexable(rows: &[Row]) -> Vec<&Row> {
-    let mut v: Vec<&Row> = rows.iter().filter(|r| r.enabled).collect();
+    let mut v: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.enabled && r.planner_visible)
+        .collect();
     v.sort_by(|a, b| a.key.cmp(&b.key));
     v
+}
+
+/// How a row's `planner_rank` weighs its search score: 1 at the default 100, up to 1.2 at 0
+/// and down to 0.8 at 200 and beyond.
+pub fn rank_weight(planner_rank: i64) -> f32 {
+    1.0 + (100 - planner_rank).clamp(-100, 100) as f32 / 500.0
 }
 
 /// Write the index of `rows` into `dir` (created), deterministically.
@@ -457,7 +468,10 @@ impl Searcher {
         terms
     }
 
-    /// The best `limit` rows for `text`, best first; ties go to the lower planner_rank.
+    /// The best `limit` rows for `text`, best first. A row's BM25 score is weighed by its
+    /// `planner_rank` (lower wins): `rank_weight` scales it by ±20% at most, so the rank
+    /// decides between close candidates and never lifts a row that does not match. Ties go to
+    /// the lower planner_rank, then the key.
     pub fn ask(&self, text: &str, limit: usize) -> Result<Vec<Hit>> {
         let terms = self.terms(text);
         if terms.is_empty() || limit == 0 {
@@ -493,7 +507,7 @@ impl Searcher {
         // A few extra so equal scores can be re-ordered by planner_rank.
         let top = searcher.search(&query, &TopDocs::with_limit(limit + 8).order_by_score())?;
         let mut hits: Vec<(f32, &RowMeta)> = Vec::with_capacity(top.len());
-        for (score, addr) in top {
+        for (bm25, addr) in top {
             let ords = searcher
                 .segment_reader(addr.segment_ord)
                 .fast_fields()
@@ -502,7 +516,7 @@ impl Searcher {
                 .first(addr.doc_id)
                 .and_then(|o| self.rows.get(o as usize))
             {
-                hits.push((score, m));
+                hits.push((bm25 * rank_weight(m.planner_rank), m));
             }
         }
         hits.sort_by(|a, b| {
