@@ -86,21 +86,9 @@ impl SqliteLedger {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         let writer_stats = stats.clone();
-        // The writer does not checkpoint the log itself: a thread of its own copies it into
-        // the database, off the path every receipt waits on.
-        db.pragma_update(None, "wal_autocheckpoint", 0)?;
-        let checkpointer = open_db(path)?;
-        let alive = Arc::new(());
-        let watch = Arc::downgrade(&alive);
         std::thread::Builder::new()
             .name("capdir-ledger".into())
-            .spawn(move || {
-                let _alive = alive;
-                writer(db, rx, &writer_stats)
-            })?;
-        std::thread::Builder::new()
-            .name("capdir-checkpoint".into())
-            .spawn(move || checkpoint(checkpointer, &watch))?;
+            .spawn(move || writer(db, rx, &writer_stats))?;
         Ok(SqliteLedger {
             path: path.to_path_buf(),
             jobs: tx,
@@ -155,19 +143,6 @@ fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stat
         let result = commit_batch(&mut db, &jobs);
         stats.add(started.elapsed());
         answer_all(jobs, result);
-    }
-}
-
-/// Copy the log into the database whenever it has grown past 1000 pages (SQLite's own
-/// threshold), without blocking the writer (`PASSIVE`), for as long as the writer runs.
-fn checkpoint(db: Connection, writer: &std::sync::Weak<()>) {
-    while writer.upgrade().is_some() {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let frames: Result<i64, _> =
-            db.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1));
-        if let Err(e) = frames {
-            tracing::warn!(error = %e, "ledger checkpoint");
-        }
     }
 }
 
