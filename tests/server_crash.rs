@@ -37,8 +37,14 @@ fn start(dir: &Path, port: u16) -> Child {
         .expect("spawn capdir serve")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_invocations_survive_sigkill() {
+/// Build the bundled catalogue, start `capdir serve`, run 8 clients of `call` (each answers
+/// the receipt id of an acknowledged call, or `None` to stop) until at least `wanted` calls
+/// were acknowledged, then SIGKILL the server. Returns the directory, the port and the ids.
+async fn load_then_kill<F, Fut>(wanted: usize, call: F) -> (tempfile::TempDir, u16, Vec<String>)
+where
+    F: Fn(reqwest::Client, u16, String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Option<String>> + Send,
+{
     let dir = tempfile::tempdir().expect("tempdir");
     let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
     build::run(&Options::new(catalogue, dir.path().join("site"))).expect("build");
@@ -46,16 +52,13 @@ async fn acknowledged_invocations_survive_sigkill() {
     let client = reqwest::Client::new();
     let mut server = start(dir.path(), port);
     common::wait_ready(&client, port, &mut server).await;
-
     let acked = Arc::new(Mutex::new(Vec::new()));
     let mut clients = Vec::new();
     for c in 0..8 {
-        let (client, acked) = (client.clone(), acked.clone());
+        let (client, acked, call) = (client.clone(), acked.clone(), call.clone());
         clients.push(tokio::spawn(async move {
             for i in 0.. {
-                match common::invoke_echo(&client, port, OWNER, &format!("client {c} call {i}"))
-                    .await
-                {
+                match call(client.clone(), port, format!("client {c} call {i}")).await {
                     Some(id) => acked.lock().expect("lock").push(id),
                     None => break,
                 }
@@ -64,7 +67,8 @@ async fn acknowledged_invocations_survive_sigkill() {
     }
     // Let load build up, then kill the server mid-flight.
     let started = Instant::now();
-    while acked.lock().expect("lock").len() < 200 && started.elapsed() < Duration::from_secs(20) {
+    while acked.lock().expect("lock").len() < wanted && started.elapsed() < Duration::from_secs(20)
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     server.kill().expect("SIGKILL");
@@ -74,11 +78,34 @@ async fn acknowledged_invocations_survive_sigkill() {
     }
     let acked = acked.lock().expect("lock").clone();
     assert!(
-        acked.len() >= 200,
+        acked.len() >= wanted,
         "only {} calls before the kill",
         acked.len()
     );
+    (dir, port, acked)
+}
 
+/// `capdir ledger verify` on the ledger in `dir` passes.
+fn verified(dir: &Path) {
+    let verify = Command::new(BIN)
+        .args(["ledger", "verify", "--ledger"])
+        .arg(format!("sqlite:{}", dir.join("ledger.sqlite").display()))
+        .output()
+        .expect("run verify");
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_invocations_survive_sigkill() {
+    let (dir, port, acked) = load_then_kill(200, |client, port, body| async move {
+        common::invoke_echo(&client, port, OWNER, &body).await
+    })
+    .await;
+    let client = reqwest::Client::new();
     let mut server = start(dir.path(), port);
     common::wait_ready(&client, port, &mut server).await;
     let after = common::invoke_echo(&client, port, OWNER, "after the restart").await;
@@ -99,19 +126,7 @@ async fn acknowledged_invocations_survive_sigkill() {
         .query_row("SELECT count(*) FROM receipts", [], |r| r.get(0))
         .expect("count");
     assert!(total as usize > acked.len());
-    let verify = Command::new(BIN)
-        .args(["ledger", "verify", "--ledger"])
-        .arg(format!(
-            "sqlite:{}",
-            dir.path().join("ledger.sqlite").display()
-        ))
-        .output()
-        .expect("run verify");
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
-    );
+    verified(dir.path());
 }
 
 /// The same with flows: SIGKILL while clients run a three-step flow (a receipt per step and
@@ -119,56 +134,21 @@ async fn acknowledged_invocations_survive_sigkill() {
 /// below it, and the chain verifies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_flows_keep_their_whole_tree_through_sigkill() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
-    build::run(&Options::new(catalogue, dir.path().join("site"))).expect("build");
-    let port = free_port();
-    let client = reqwest::Client::new();
-    let mut server = start(dir.path(), port);
-    common::wait_ready(&client, port, &mut server).await;
-
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let mut clients = Vec::new();
-    for c in 0..8 {
-        let (client, acked) = (client.clone(), acked.clone());
-        clients.push(tokio::spawn(async move {
-            for i in 0.. {
-                let answer = client
-                    .post(format!("http://127.0.0.1:{port}/api/dispatch"))
-                    .header("x-owner-key", OWNER)
-                    .json(&serde_json::json!({"key": "HASH_AND_TIMESTAMP", "body": format!("client {c} call {i}")}))
-                    .send()
-                    .await;
-                let Ok(answer) = answer else { break };
-                if answer.status() != 200 {
-                    break;
-                }
-                let Ok(v) = answer.json::<serde_json::Value>().await else {
-                    break;
-                };
-                acked
-                    .lock()
-                    .expect("lock")
-                    .push(v["receipt"].as_str().expect("receipt").to_string());
-            }
-        }));
-    }
-    let started = Instant::now();
-    while acked.lock().expect("lock").len() < 100 && started.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    server.kill().expect("SIGKILL");
-    server.wait().expect("reap");
-    for c in clients {
-        c.await.expect("client task");
-    }
-    let acked = acked.lock().expect("lock").clone();
-    assert!(
-        acked.len() >= 100,
-        "only {} flows before the kill",
-        acked.len()
-    );
-
+    let (dir, _, acked) = load_then_kill(100, |client, port, body| async move {
+        let answer = client
+            .post(format!("http://127.0.0.1:{port}/api/dispatch"))
+            .header("x-owner-key", OWNER)
+            .json(&serde_json::json!({"key": "HASH_AND_TIMESTAMP", "body": body}))
+            .send()
+            .await
+            .ok()?;
+        if answer.status() != 200 {
+            return None;
+        }
+        let v: serde_json::Value = answer.json().await.ok()?;
+        v["receipt"].as_str().map(str::to_string)
+    })
+    .await;
     let db = Connection::open(dir.path().join("ledger.sqlite")).expect("ledger");
     for id in &acked {
         let (own, steps): (i64, i64) = db
@@ -181,17 +161,5 @@ async fn acknowledged_flows_keep_their_whole_tree_through_sigkill() {
             .expect("count");
         assert_eq!((own, steps), (1, 3), "flow {id} was acknowledged");
     }
-    let verify = Command::new(BIN)
-        .args(["ledger", "verify", "--ledger"])
-        .arg(format!(
-            "sqlite:{}",
-            dir.path().join("ledger.sqlite").display()
-        ))
-        .output()
-        .expect("run verify");
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
-    );
+    verified(dir.path());
 }

@@ -270,15 +270,21 @@ async fn confirm(state: &AppState, id: &str) -> Result<Response, ApiError> {
     .into_response())
 }
 
+/// Who sends a POST that runs rows: a credential is needed, unless the dispatcher is `--open`.
+fn runner_caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let caller = authenticate(state.keys(), headers)?;
+    if !state.is_open() {
+        auth::require_credential(&caller)?;
+    }
+    Ok(caller)
+}
+
 pub(super) async fn dispatch_post(
     State(state): State<AppState>,
     headers: HeaderMap,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(state.keys(), &headers)?;
-    if !state.is_open() {
-        auth::require_credential(&caller)?;
-    }
+    let caller = runner_caller(&state, &headers)?;
     let request = read_request(&state, req).await?;
     let done = state.dispatcher().dispatch(&caller, request).await?;
     Ok(invoked_response(&done))
@@ -328,10 +334,7 @@ pub(super) async fn route_post(
     headers: HeaderMap,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(state.keys(), &headers)?;
-    if !state.is_open() {
-        auth::require_credential(&caller)?;
-    }
+    let caller = runner_caller(&state, &headers)?;
     let bytes = body_bytes(&state, req).await?;
     let parsed: RouteRequest = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::new(
