@@ -323,6 +323,20 @@ impl Job {
 const MAX_BATCH: usize = 4096;
 
 /// Await the writer's answer to one job.
+/// Send `draft` to a backend's writer now (not when first polled: the order of appends is the
+/// order in the chain); the future resolves once it is durable.
+fn queue(
+    jobs: &tokio::sync::mpsc::UnboundedSender<Job>,
+    draft: Draft,
+) -> BoxFuture<'static, Result<Receipt>> {
+    let sent = Job::new(draft).and_then(|(job, rx)| {
+        jobs.send(job)
+            .map_err(|_| anyhow::anyhow!("the ledger writer has stopped"))?;
+        Ok(rx)
+    });
+    Box::pin(async move { answered(sent?).await })
+}
+
 async fn answered(rx: oneshot::Receiver<Result<Receipt, String>>) -> Result<Receipt> {
     match rx.await {
         Ok(Ok(receipt)) => Ok(receipt),

@@ -18,7 +18,7 @@
 
 use super::{
     BoxFuture, Draft, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk,
-    answer_all, answered, link, now_rfc3339, row_to_receipt, token_entry,
+    answer_all, link, now_rfc3339, queue, row_to_receipt, token_entry,
 };
 use crate::access::token::Claims;
 use crate::invoke::breaker::{BreakerState, BreakerStore};
@@ -327,14 +327,7 @@ async fn writer(
 
 impl Ledger for PgLedger {
     fn append(&self, draft: Draft) -> BoxFuture<'static, Result<Receipt>> {
-        // Sent now, not when first polled: the order of appends is the order in the chain.
-        let sent = Job::new(draft).and_then(|(job, rx)| {
-            self.jobs
-                .send(job)
-                .map_err(|_| anyhow::anyhow!("the ledger writer has stopped"))?;
-            Ok(rx)
-        });
-        Box::pin(async move { answered(sent?).await })
+        queue(&self.jobs, draft)
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>> {
