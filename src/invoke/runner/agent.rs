@@ -7,7 +7,10 @@
 //! table names the model, so every receipt can say what a call cost.
 
 use super::{Call, Ran, RunFuture, Runner, fetch_reason, read_capped, scrub, truncate_chars};
+use crate::invoke::Input;
 use crate::invoke::outcome::{Failure, Usage};
+use crate::row::Row;
+use crate::row::credential::Credential;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 use std::collections::HashMap;
@@ -187,31 +190,107 @@ pub fn system_prompt(call: &Call<'_>) -> Result<String, Failure> {
         .join("\n\n"))
 }
 
+/// The most answers the model gives in one run of an agent with tools (`agent:turn_limit`).
+pub const MAX_TURNS: usize = 8;
+/// The most tool calls in one run (`agent:tool_call_limit`).
+pub const MAX_TOOL_CALLS: usize = 16;
+/// The most tools listed to the model; the rest of its categories are left out.
+pub const MAX_TOOLS: usize = 64;
+
+/// The rows an agent with `allowed_categories` may call: enabled, visible to planners, in one
+/// of its categories (`*`: any), not itself; ordered by `planner_rank`, then `seq`, then key.
+pub fn tools_of<'a>(call: &Call<'a>) -> Vec<&'a Row> {
+    let me = &call.callable.row;
+    let all = me.allowed_categories.iter().any(|c| c == "*");
+    let rows = call.invoker.rows();
+    let mut tools: Vec<&Row> = rows
+        .keys()
+        .into_iter()
+        .filter_map(|k| rows.row(k))
+        .filter(|r| r.enabled && r.planner_visible && r.key != me.key)
+        .filter(|r| all || me.allowed_categories.contains(&r.category))
+        .collect();
+    tools.sort_by(|a, b| {
+        (a.planner_rank, a.seq.is_none(), a.seq, &a.key).cmp(&(
+            b.planner_rank,
+            b.seq.is_none(),
+            b.seq,
+            &b.key,
+        ))
+    });
+    tools.truncate(MAX_TOOLS);
+    tools
+}
+
+/// A row as an OpenAI-style function tool: as the MCP full projection describes it.
+fn tool_definition(row: &Row) -> Json {
+    let doc = row.doc();
+    let mut description = row.what().to_string();
+    if let Some(w) = doc.when_to_use.as_deref().filter(|w| !w.is_empty()) {
+        description.push_str(" When to use: ");
+        description.push_str(w);
+    }
+    let parameters = row.input_schema.clone().unwrap_or_else(|| {
+        json!({
+            "type": "object",
+            "properties": {"body": {
+                "type": "string",
+                "description": format!("Arguments as one string, pieces split on `|`. {}", doc.args.as_deref().unwrap_or("")).trim_end().to_string(),
+            }},
+        })
+    });
+    json!({"type": "function", "function": {"name": row.key, "description": description, "parameters": parameters}})
+}
+
+/// One tool call's arguments as the callee takes them: by name for a typed row, else the
+/// `body` string.
+fn tool_input(row: &Row, arguments: &str) -> Result<Input, String> {
+    let parsed: Json = if arguments.trim().is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(arguments).map_err(|e| format!("arguments are not JSON: {e}"))?
+    };
+    let Json::Object(obj) = parsed else {
+        return Err("arguments must be a JSON object".into());
+    };
+    if row.input_schema.is_some() {
+        return Ok(Input::Args(obj));
+    }
+    match obj.get("body") {
+        None | Some(Json::Null) => Ok(Input::Body(String::new())),
+        Some(Json::String(b)) => Ok(Input::Body(b.clone())),
+        Some(_) => Err("`body` must be a string".into()),
+    }
+}
+
 impl AgentRunner {
-    async fn chat(&self, call: Call<'_>) -> Result<Ran, Failure> {
+    /// One chat completion: the assistant message and the usage.
+    async fn complete(
+        &self,
+        call: &Call<'_>,
+        endpoint: &Endpoint,
+        request: &Json,
+    ) -> Result<(Json, Usage), Failure> {
         let cfg = &self.config;
         let target = call.callable.row.target.trim();
-        let (endpoint, model) = cfg.route(target)?;
-        let system = system_prompt(&call)?;
-        let user = call.args.join("|");
-        let mut messages = Vec::with_capacity(2);
-        if !system.is_empty() {
-            messages.push(json!({"role": "system", "content": system}));
-        }
-        messages.push(json!({"role": "user", "content": user}));
-        let request = json!({"model": model, "messages": messages});
-
+        let model = request["model"].as_str().unwrap_or_default();
         let url = format!(
             "{}/chat/completions",
             endpoint.base_url.trim_end_matches('/')
         );
-        let mut req = self.client.post(&url).json(&request);
+        let mut req = self.client.post(&url).json(request);
         let mut secrets = Vec::new();
         let breaker = call.invoker.breaker();
         let mut admitted = None;
-        if !endpoint.key_env.is_empty() {
-            let key = call.invoker.env().require(&endpoint.key_env)?;
-            admitted = Some(breaker.admit(&endpoint.key_env).await?);
+        // The row's own `auth: bearer:ENV` names the key its endpoint takes; else the
+        // endpoint's configured one.
+        let key_env = match Credential::parse(&call.callable.row.auth) {
+            Ok(Some(Credential::Bearer { env })) => env,
+            _ => endpoint.key_env.clone(),
+        };
+        if !key_env.is_empty() {
+            let key = call.invoker.env().require(&key_env)?;
+            admitted = Some(breaker.admit(&key_env).await?);
             req = req.bearer_auth(&key);
             secrets.push(key);
         }
@@ -223,9 +302,7 @@ impl AgentRunner {
         })?;
         let status = resp.status();
         if let Some(before) = admitted {
-            breaker
-                .record(&endpoint.key_env, status.as_u16(), before)
-                .await;
+            breaker.record(&key_env, status.as_u16(), before).await;
         }
         let (body, truncated) = read_capped(&mut resp, cfg.max_body_bytes)
             .await
@@ -256,12 +333,8 @@ impl AgentRunner {
         })?;
         let message = parsed
             .pointer("/choices/0/message")
+            .cloned()
             .ok_or_else(|| Failure::new("agent:bad_response", "no choices[0].message"))?;
-        let content = match message.get("content") {
-            Some(Json::String(s)) => s.clone(),
-            None | Some(Json::Null) => String::new(),
-            Some(other) => other.to_string(),
-        };
         let tokens = |field: &str| {
             parsed
                 .pointer(&format!("/usage/{field}"))
@@ -277,11 +350,116 @@ impl AgentRunner {
                 .price(target, model)
                 .map(|p| p.cost(prompt_tokens, completion_tokens)),
         };
-        Ok(Ran {
-            result: Ok(content),
+        Ok((message, usage))
+    }
+
+    /// One chat completion, or, for a row with `allowed_categories`, a tool-calling loop: each
+    /// tool call a nested call of the row it names, under the caller's authority (the gate and
+    /// a receipt below the agent's), its output (or refusal) handed back to the model, until
+    /// the model answers without tools or a limit is hit. Usage is summed over every turn and
+    /// every nested call.
+    async fn chat(&self, call: Call<'_>) -> Result<Ran, Failure> {
+        let target = call.callable.row.target.trim();
+        let (endpoint, model) = self.config.route(target)?;
+        let system = system_prompt(&call)?;
+        let user = call.args.join("|");
+        let mut messages = Vec::with_capacity(2);
+        if !system.is_empty() {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        messages.push(json!({"role": "user", "content": user}));
+        let tools = if call.callable.row.allowed_categories.is_empty() {
+            Vec::new()
+        } else {
+            tools_of(&call)
+        };
+        let definitions: Vec<Json> = tools.iter().map(|r| tool_definition(r)).collect();
+        let mut context = call.context.clone();
+        context.stack.push(call.callable.row.key.clone());
+        if context.stack.len() > super::flow::MAX_DEPTH {
+            return Err(Failure::new(
+                "flow:too_deep",
+                format!("calls nest more than {} deep", super::flow::MAX_DEPTH),
+            ));
+        }
+        let mut usage = Usage::default();
+        let mut made = 0usize;
+        let stop = |failure: Failure, usage: Usage| Ran {
+            result: Err(failure),
             usage,
             truncated: false,
-        })
+        };
+        for _ in 0..MAX_TURNS {
+            let mut request = json!({"model": model, "messages": messages});
+            if !definitions.is_empty() {
+                request["tools"] = json!(definitions);
+            }
+            let (message, u) = match self.complete(&call, endpoint, &request).await {
+                Ok(m) => m,
+                Err(f) => return Ok(stop(f, usage)),
+            };
+            usage.add(&u);
+            let tool_calls = message
+                .get("tool_calls")
+                .and_then(Json::as_array)
+                .filter(|c| !c.is_empty() && !definitions.is_empty())
+                .cloned();
+            let Some(tool_calls) = tool_calls else {
+                let content = match message.get("content") {
+                    Some(Json::String(s)) => s.clone(),
+                    None | Some(Json::Null) => String::new(),
+                    Some(other) => other.to_string(),
+                };
+                return Ok(Ran {
+                    result: Ok(content),
+                    usage,
+                    truncated: false,
+                });
+            };
+            messages.push(message);
+            for tc in tool_calls {
+                made += 1;
+                if made > MAX_TOOL_CALLS {
+                    return Ok(stop(
+                        Failure::new(
+                            "agent:tool_call_limit",
+                            format!("more than {MAX_TOOL_CALLS} tool calls"),
+                        ),
+                        usage,
+                    ));
+                }
+                let id = tc["id"].as_str().unwrap_or_default().to_string();
+                let name = tc["function"]["name"].as_str().unwrap_or_default();
+                let arguments = tc["function"]["arguments"].as_str().unwrap_or_default();
+                let output = match tools.iter().find(|r| r.key == name) {
+                    None => format!(
+                        "ERR:refused:`{name}` is not one of this agent's tools (its categories: {})",
+                        call.callable.row.allowed_categories.join(", ")
+                    ),
+                    Some(row) => match tool_input(row, arguments) {
+                        Err(why) => format!("ERR:bad_args:{why}"),
+                        Ok(input) => {
+                            let o =
+                                super::run_nested(call.invoker, &context, name, input, arguments)
+                                    .await;
+                            if let Some(u) = &o.usage {
+                                usage.add(u);
+                            }
+                            o.output
+                        }
+                    },
+                };
+                // What a tool answers goes back to the model as text; it is never run.
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+            }
+        }
+        Ok(stop(
+            Failure::new(
+                "agent:turn_limit",
+                format!("no answer after {MAX_TURNS} turns"),
+            ),
+            usage,
+        ))
     }
 }
 

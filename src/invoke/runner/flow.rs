@@ -12,8 +12,8 @@
 //! receipt, a child of the flow's, durable before the next step starts.
 
 use super::{Call, Ran, RunFuture, Runner};
-use crate::invoke::authority::{CallContext, Node, now_rfc3339};
-use crate::invoke::outcome::{Failure, Outcome, Status, Usage};
+use crate::invoke::authority::CallContext;
+use crate::invoke::outcome::{Failure, Outcome, Usage};
 use crate::invoke::{Input, Invoker};
 use crate::row::flow::{Call as StepCall, Step};
 use crate::row::template::{self, Context, Vars};
@@ -88,81 +88,6 @@ fn step_failed(key: &str, outcome: &Outcome) -> Failure {
     Failure::new("flow:step_failed", format!("{key}:{}", outcome.output))
 }
 
-/// Run one step in `context` (the flow's own, one level deeper). Under an authority the step
-/// is admitted first, runs below a receipt id of its own, and its receipt is durable before
-/// this returns; a refusal or a receipt that could not be written is a failure that stops the
-/// flow.
-async fn run_step(invoker: &Invoker, context: &CallContext, key: &str, body: String) -> Outcome {
-    let Some(authority) = &context.authority else {
-        return invoker.invoke_in(key, Input::Body(body), context).await;
-    };
-    let parent = context.parent.clone().unwrap_or_default();
-    let callable = invoker.rows().get(key);
-    let id = authority.new_id();
-    let started_at = now_rfc3339();
-    let started = std::time::Instant::now();
-    let admitted = callable.map_or(Ok(()), |c| authority.admit(&c.row));
-    let outcome = match admitted {
-        Ok(()) => {
-            let below = CallContext {
-                stack: context.stack.clone(),
-                authority: Some(authority.clone()),
-                parent: Some(id.clone()),
-            };
-            invoker
-                .invoke_in(key, Input::Body(body.clone()), &below)
-                .await
-        }
-        Err((reason, message)) => {
-            let runner = callable.map_or("none", |c| c.row.runner_name());
-            let mut refused = Outcome::new(
-                key,
-                runner,
-                Err(Failure::new(reason, message)),
-                started.elapsed(),
-                Usage::default(),
-                false,
-            );
-            refused.status = Status::Refused;
-            refused
-        }
-    };
-    let node = Node {
-        id: &id,
-        parent: &parent,
-        callable,
-        input: &body,
-        outcome: &outcome,
-        started_at: &started_at,
-    };
-    let recorded = authority.record(node).await;
-    let stop = match (&recorded, outcome.status) {
-        (Err(e), _) => Some(Failure::new("flow:receipt", format!("{key}:{e}"))),
-        (Ok(()), Status::Refused) if admitted_refused(&outcome) => Some(Failure::new(
-            "flow:step_refused",
-            format!("{key}:{}", outcome.output.trim_start_matches("ERR:")),
-        )),
-        _ => None,
-    };
-    match stop {
-        Some(failure) => {
-            let mut o = outcome;
-            o.status = Status::Failed;
-            o.output = failure.render();
-            o.error = Some(failure);
-            o
-        }
-        None => outcome,
-    }
-}
-
-/// Was this outcome the authority's refusal (not the callee's own, such as `missing_args`)?
-fn admitted_refused(outcome: &Outcome) -> bool {
-    outcome.error.as_ref().is_some_and(|e| {
-        !crate::invoke::outcome::is_refusal_code(&e.code) && !e.code.contains("flow:")
-    })
-}
-
 async fn run_flow(call: Call<'_>) -> Ran {
     let key = &call.callable.row.key;
     let flow = match &call.callable.flow {
@@ -206,7 +131,14 @@ async fn run_flow(call: Call<'_>) -> Ran {
                     Ok(b) => b,
                     Err(f) => return p.done(Err(f)),
                 };
-                let outcome = run_step(call.invoker, &context, &c.key, body).await;
+                let outcome = super::run_nested(
+                    call.invoker,
+                    &context,
+                    &c.key,
+                    Input::Body(body.clone()),
+                    &body,
+                )
+                .await;
                 p.absorb(&outcome);
                 if !outcome.is_success() {
                     return p.done(Err(step_failed(&c.key, &outcome)));
@@ -271,7 +203,8 @@ async fn fan_out(
         let key = b.key.clone();
         let context = context.clone();
         tasks.spawn(async move {
-            let outcome = run_step(&invoker, &context, &key, body).await;
+            let outcome =
+                super::run_nested(&invoker, &context, &key, Input::Body(body.clone()), &body).await;
             (i, outcome)
         });
     }

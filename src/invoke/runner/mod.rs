@@ -10,9 +10,11 @@ pub mod flow;
 pub mod fn_runner;
 pub mod http;
 
+use crate::invoke::Input;
 use crate::invoke::Invoker;
-use crate::invoke::authority::CallContext;
+use crate::invoke::authority::{CallContext, Node, now_rfc3339};
 use crate::invoke::outcome::{Failure, Usage};
+use crate::invoke::outcome::{Outcome, Status};
 use crate::invoke::rowset::Callable;
 use std::collections::HashMap;
 use std::future::Future;
@@ -72,6 +74,86 @@ impl From<Result<String, Failure>> for Ran {
 
 /// Boxed so runners can be held as trait objects and flows can recurse.
 pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Ran> + Send + 'a>>;
+
+/// Run one nested call (a flow's step, an agent's tool call) in `context` (its caller's, one
+/// level deeper); `shown` is its input as its receipt records it. Under an authority the step
+/// is admitted first, runs below a receipt id of its own, and its receipt is durable before
+/// this returns; a refusal or a receipt that could not be written is a failure that stops the
+/// flow.
+pub async fn run_nested(
+    invoker: &Invoker,
+    context: &CallContext,
+    key: &str,
+    input: Input,
+    shown: &str,
+) -> Outcome {
+    let Some(authority) = &context.authority else {
+        return invoker.invoke_in(key, input, context).await;
+    };
+    let parent = context.parent.clone().unwrap_or_default();
+    let callable = invoker.rows().get(key);
+    let id = authority.new_id();
+    let started_at = now_rfc3339();
+    let started = std::time::Instant::now();
+    let admitted = callable.map_or(Ok(()), |c| authority.admit(&c.row));
+    let outcome = match admitted {
+        Ok(()) => {
+            let below = CallContext {
+                stack: context.stack.clone(),
+                authority: Some(authority.clone()),
+                parent: Some(id.clone()),
+            };
+            invoker.invoke_in(key, input, &below).await
+        }
+        Err((reason, message)) => {
+            let runner = callable.map_or("none", |c| c.row.runner_name());
+            let mut refused = Outcome::new(
+                key,
+                runner,
+                Err(Failure::new(reason, message)),
+                started.elapsed(),
+                Usage::default(),
+                false,
+            );
+            refused.status = Status::Refused;
+            refused
+        }
+    };
+    let node = Node {
+        id: &id,
+        parent: &parent,
+        callable,
+        input: shown,
+        outcome: &outcome,
+        started_at: &started_at,
+    };
+    let recorded = authority.record(node).await;
+    let stop = match (&recorded, outcome.status) {
+        (Err(e), _) => Some(Failure::new("flow:receipt", format!("{key}:{e}"))),
+        (Ok(()), Status::Refused) if admitted_refused(&outcome) => Some(Failure::new(
+            "flow:step_refused",
+            format!("{key}:{}", outcome.output.trim_start_matches("ERR:")),
+        )),
+        _ => None,
+    };
+    match stop {
+        Some(failure) => {
+            let mut o = outcome;
+            o.status = Status::Failed;
+            o.output = failure.render();
+            o.error = Some(failure);
+            o
+        }
+        None => outcome,
+    }
+}
+
+/// Was this outcome the authority's refusal (not the callee's own, such as `missing_args`)?
+pub(crate) fn admitted_refused(outcome: &Outcome) -> bool {
+    outcome.error.as_ref().is_some_and(|e| {
+        !crate::invoke::outcome::is_refusal_code(&e.code) && !e.code.contains("flow:")
+    })
+}
 
 /// One way of executing a row.
 pub trait Runner: Send + Sync {

@@ -1,0 +1,206 @@
+//! Agents that use the catalogue as their tools: a local server speaking OpenAI's
+//! chat-completions protocol with `tool_calls`, scripted per test, stands in for the model. Each
+//! tool call runs under the caller's authority as a child of the agent's receipt; a call
+//! outside the agent's categories is refused to the model and never runs (the loopback
+//! upstream counts its hits).
+
+mod common;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Request, StatusCode};
+use axum::routing::post;
+use capdir::ledger::SqliteLedger;
+use capdir::serve::{AppState, Settings, app};
+use common::{Built, Repo};
+use http_body_util::BodyExt;
+use serde_json::{Value as Json, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use tower::ServiceExt;
+
+const OWNER: &str = "agent-tools-owner-key";
+
+/// The scripted model: the first turn asks for `plan` (name, JSON arguments); once tool
+/// results are in, it answers `done:` and the results joined. Every request is kept.
+#[derive(Clone)]
+struct Model {
+    plan: Arc<Vec<(String, String)>>,
+    seen: Arc<Mutex<Vec<Json>>>,
+}
+
+async fn completions(
+    State(m): State<Model>,
+    axum::Json(body): axum::Json<Json>,
+) -> axum::Json<Json> {
+    m.seen.lock().unwrap().push(body.clone());
+    let results: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|msg| msg["role"] == "tool")
+        .map(|msg| msg["content"].as_str().unwrap_or_default())
+        .collect();
+    let message = if results.is_empty() {
+        let calls: Vec<Json> = m
+            .plan
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                json!({"id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": args}})
+            })
+            .collect();
+        json!({"role": "assistant", "content": null, "tool_calls": calls})
+    } else {
+        json!({"role": "assistant", "content": format!("done: {}", results.join(" | "))})
+    };
+    axum::Json(json!({
+        "id": "chatcmpl-t",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+    }))
+}
+
+async fn fixture(plan: &[(&str, &str)]) -> (Built, AppState, Model, Arc<AtomicUsize>) {
+    let model = Model {
+        plan: Arc::new(
+            plan.iter()
+                .map(|(n, a)| (n.to_string(), a.to_string()))
+                .collect(),
+        ),
+        seen: Arc::default(),
+    };
+    let model_addr = common::serve(
+        axum::Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .with_state(model.clone()),
+    )
+    .await;
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let upstream = common::serve(axum::Router::new().route(
+        "/hit/{x}",
+        axum::routing::get(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                "hit"
+            }
+        }),
+    ))
+    .await;
+    let fn_row = |key: &str, target: &str| {
+        format!(
+            "key: {key}\ntype: fn\ntarget: {target}\ncategory: text\ncontent: |\n  # WHAT: {key}, a tool for the agent tests.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=text\n  # EX: hi\n  # OUTPUT: text\n  [\"$1\"]\n"
+        )
+    };
+    let repo = Repo::new();
+    repo.write("SHA_TOOL.yaml", &fn_row("SHA_TOOL", "sha256"));
+    repo.write("UPPER_TOOL.yaml", &fn_row("UPPER_TOOL", "upper"));
+    repo.write(
+        "NET_HIT.yaml",
+        &format!(
+            "key: NET_HIT\ntype: http\ntarget: GET http://{upstream}/hit/$1\ncategory: net\ncontent: |\n  # WHAT: One hit on the test upstream.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=x\n  # EX: hi\n  # OUTPUT: text\n"
+        ),
+    );
+    repo.write(
+        "TOOL_AGENT.yaml",
+        "key: TOOL_AGENT\ntype: agent\ntarget: test-model\ncategory: agents\nallowed_categories: [text]\ncontent: |\n  # WHAT: Answers with the help of the text tools.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=question\n  # EX: hash hello\n  # OUTPUT: text\n  Use the tools.\n",
+    );
+    repo.commit("rows", "2024-01-01T00:00:00Z");
+    let f = Built::new(repo);
+    let ledger = SqliteLedger::open(&f.ledger_path()).expect("ledger");
+    let mut s = Settings::new(f.site(), Arc::new(ledger));
+    s.owner_key = Some(OWNER.into());
+    s.config.agent.direct.base_url = format!("http://{model_addr}/v1");
+    s.config.agent.direct.key_env = String::new();
+    let state = AppState::new(s).expect("state");
+    (f, state, model, hits)
+}
+
+async fn invoke(state: &AppState, body: &str) -> (StatusCode, Json) {
+    let req = Request::post("/api/dispatch")
+        .header("content-type", "application/json")
+        .header("x-owner-key", OWNER)
+        .body(Body::from(
+            json!({"key": "TOOL_AGENT", "body": body}).to_string(),
+        ))
+        .unwrap();
+    let res = app(state.clone()).oneshot(req).await.expect("response");
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).expect("json"))
+}
+
+fn receipts(f: &Built) -> Vec<Json> {
+    let db = rusqlite::Connection::open(f.ledger_path()).expect("ledger");
+    let mut q = db
+        .prepare("SELECT body FROM receipts ORDER BY seq")
+        .unwrap();
+    q.query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|b| serde_json::from_str(&b.unwrap()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_agent_calls_its_tools_each_under_the_gate_with_a_receipt() {
+    let (f, s, model, _) = fixture(&[
+        ("SHA_TOOL", r#"{"body": "hello"}"#),
+        ("UPPER_TOOL", r#"{"body": "hi"}"#),
+    ])
+    .await;
+    let (status, v) = invoke(&s, "hash hello and shout hi").await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["output"],
+        "done: 2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824 | HI"
+    );
+    // The model was offered the agent's categories only, as function tools.
+    let seen = model.seen.lock().unwrap().clone();
+    let offered: Vec<&str> = seen[0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["SHA_TOOL", "UPPER_TOOL"]);
+    assert_eq!(seen.len(), 2, "one turn for the calls, one for the answer");
+    // Three nodes: the two tool calls below the agent's receipt; usage summed over turns.
+    let all = receipts(&f);
+    let keys: Vec<&str> = all.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["SHA_TOOL", "UPPER_TOOL", "TOOL_AGENT"]);
+    for child in &all[..2] {
+        assert_eq!(child["parent"], v["receipt"]);
+        assert_eq!(child["status"], "PROVEN_MATERIAL_RESULT");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_outside_the_agents_categories_is_refused_to_the_model_and_never_runs() {
+    let (f, s, model, hits) = fixture(&[("NET_HIT", r#"{"body": "x"}"#)]).await;
+    let (status, v) = invoke(&s, "hit the network").await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let answer = v["output"].as_str().unwrap();
+    assert!(
+        answer.starts_with("done: ERR:refused:`NET_HIT` is not one of this agent's tools"),
+        "{answer}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the row never ran");
+    let keys: Vec<String> = receipts(&f)
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, ["TOOL_AGENT"]);
+    // The refusal went back as the tool's result, tied to the call that asked.
+    let seen = model.seen.lock().unwrap().clone();
+    let tool_msg = seen[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .expect("a tool message");
+    assert_eq!(tool_msg["tool_call_id"], "call_0");
+}
