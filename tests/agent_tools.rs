@@ -204,3 +204,45 @@ async fn a_tool_outside_the_agents_categories_is_refused_to_the_model_and_never_
         .expect("a tool message");
     assert_eq!(tool_msg["tool_call_id"], "call_0");
 }
+
+/// An agent's fingerprint covers its tool listing: a tool that changes changes it (so a pinned
+/// token answers 409), a row of another category does not.
+#[tokio::test]
+async fn an_agents_fingerprint_covers_its_tools() {
+    let (f, s, _, _) = fixture(&[]).await;
+    let print = |s: &AppState| {
+        s.live()
+            .invoker
+            .rows()
+            .get("TOOL_AGENT")
+            .expect("agent")
+            .fingerprint
+            .clone()
+    };
+    let first = print(&s);
+    let net = std::fs::read_to_string(f.repo.catalogue().join("NET_HIT.yaml")).unwrap();
+    f.repo
+        .write("NET_HIT.yaml", &net.replace("/hit/$1", "/hit/v2/$1"));
+    f.repo
+        .commit("another category changes", "2024-01-02T00:00:00Z");
+    f.build();
+    assert!(s.reload_if_changed());
+    assert_eq!(
+        print(&s),
+        first,
+        "a row outside its categories is not its tool"
+    );
+    let upper = std::fs::read_to_string(f.repo.catalogue().join("UPPER_TOOL.yaml")).unwrap();
+    f.repo.write(
+        "UPPER_TOOL.yaml",
+        &upper.replace("target: upper", "target: lower"),
+    );
+    f.repo.commit("a tool changes", "2024-01-03T00:00:00Z");
+    f.build();
+    assert!(s.reload_if_changed());
+    assert_ne!(
+        print(&s),
+        first,
+        "a changed tool changes the agent's contract"
+    );
+}

@@ -78,7 +78,8 @@ pub fn composed(row: &Row) -> Vec<String> {
 }
 
 /// Every row's contract fingerprint over a set of rows, covering what each composes: a flow's
-/// steps and an agent's included blocks, theirs in turn. A pinned token then sees a change
+/// steps, an agent's included blocks and (with `allowed_categories`) its tool listing, theirs
+/// in turn. A pinned token then sees a change
 /// anywhere in the tree as a changed contract. A row that composes nothing (or only rows the
 /// set lacks) keeps `fingerprint(row)`; a cycle (in a set that was not checked) is cut where it
 /// closes.
@@ -99,7 +100,20 @@ pub fn fingerprints<'a>(rows: impl IntoIterator<Item = &'a Row>) -> HashMap<Stri
             return Some(fingerprint(row));
         }
         path.push(key);
-        let parts: Vec<String> = composed(row)
+        // An agent with tools composes its tool listing too: the rows of its categories.
+        let mut parts_of = composed(row);
+        if row.kind == RowType::Agent && !row.allowed_categories.is_empty() {
+            let all = row.allowed_categories.iter().any(|c| c == "*");
+            let mut tools: Vec<String> = by_key
+                .values()
+                .filter(|r| r.planner_visible && r.key != row.key)
+                .filter(|r| all || row.allowed_categories.contains(&r.category))
+                .map(|r| r.key.clone())
+                .collect();
+            tools.sort();
+            parts_of.extend(tools);
+        }
+        let parts: Vec<String> = parts_of
             .iter()
             .filter_map(|k| {
                 let k = by_key.get_key_value(k.as_str())?.0;
@@ -122,7 +136,10 @@ pub fn fingerprints<'a>(rows: impl IntoIterator<Item = &'a Row>) -> HashMap<Stri
         done.insert(key.to_string(), print.clone());
         Some(print)
     }
-    let keys: Vec<&str> = by_key.keys().copied().collect();
+    // In key order, so a cycle (two agents listing each other) is cut in the same place on
+    // every machine that computes it from the same rows.
+    let mut keys: Vec<&str> = by_key.keys().copied().collect();
+    keys.sort_unstable();
     for k in keys {
         of(k, &by_key, &mut done, &mut Vec::new());
     }
