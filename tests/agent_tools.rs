@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
+use capdir::invoke::runner::agent::AgentLimits;
 use capdir::ledger::SqliteLedger;
 use capdir::serve::{AppState, Settings, app};
 use common::{Built, Repo};
@@ -26,6 +27,8 @@ const OWNER: &str = "agent-tools-owner-key";
 #[derive(Clone)]
 struct Model {
     plan: Arc<Vec<(String, String)>>,
+    /// Asks for the plan's tools on every turn and never answers.
+    stubborn: bool,
     seen: Arc<Mutex<Vec<Json>>>,
 }
 
@@ -41,7 +44,7 @@ async fn completions(
         .filter(|msg| msg["role"] == "tool")
         .map(|msg| msg["content"].as_str().unwrap_or_default())
         .collect();
-    let message = if results.is_empty() {
+    let message = if results.is_empty() || m.stubborn {
         let calls: Vec<Json> = m
             .plan
             .iter()
@@ -63,12 +66,21 @@ async fn completions(
 }
 
 async fn fixture(plan: &[(&str, &str)]) -> (Built, AppState, Model, Arc<AtomicUsize>) {
+    fixture_with(plan, false, AgentLimits::default()).await
+}
+
+async fn fixture_with(
+    plan: &[(&str, &str)],
+    stubborn: bool,
+    limits: AgentLimits,
+) -> (Built, AppState, Model, Arc<AtomicUsize>) {
     let model = Model {
         plan: Arc::new(
             plan.iter()
                 .map(|(n, a)| (n.to_string(), a.to_string()))
                 .collect(),
         ),
+        stubborn,
         seen: Arc::default(),
     };
     let model_addr = common::serve(
@@ -115,6 +127,7 @@ async fn fixture(plan: &[(&str, &str)]) -> (Built, AppState, Model, Arc<AtomicUs
     s.owner_key = Some(OWNER.into());
     s.config.agent.direct.base_url = format!("http://{model_addr}/v1");
     s.config.agent.direct.key_env = String::new();
+    s.config.agent.limits = limits;
     let state = AppState::new(s).expect("state");
     (f, state, model, hits)
 }
@@ -244,5 +257,40 @@ async fn an_agents_fingerprint_covers_its_tools() {
         print(&s),
         first,
         "a changed tool changes the agent's contract"
+    );
+}
+
+/// A model that never stops calling tools hits the turn limit, and one that uses too many
+/// tokens the token limit: named failures, with the usage so far and every tool call's receipt.
+#[tokio::test]
+async fn an_agent_that_does_not_stop_is_stopped_by_its_limits() {
+    let turns = AgentLimits {
+        turns: 3,
+        ..AgentLimits::default()
+    };
+    let (f, s, model, _) =
+        fixture_with(&[("UPPER_TOOL", r#"{"body": "again"}"#)], true, turns).await;
+    let (status, v) = invoke(&s, "loop").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
+    assert_eq!(v["reason"], "agent:turn_limit");
+    assert_eq!(model.seen.lock().unwrap().len(), 3);
+    let all = receipts(&f);
+    let top = all.last().expect("the agent's receipt");
+    assert_eq!(top["key"], "TOOL_AGENT");
+    assert_eq!(top["error_code"], "agent:turn_limit");
+    assert_eq!(all.len(), 4, "three tool calls below the agent's receipt");
+
+    let tokens = AgentLimits {
+        tokens: 20,
+        ..AgentLimits::default()
+    };
+    let (_, s, model, _) =
+        fixture_with(&[("UPPER_TOOL", r#"{"body": "again"}"#)], true, tokens).await;
+    let (_, v) = invoke(&s, "loop").await;
+    assert_eq!(v["reason"], "agent:token_limit", "{v}");
+    assert_eq!(
+        model.seen.lock().unwrap().len(),
+        2,
+        "15 tokens a turn: stopped after the second"
     );
 }

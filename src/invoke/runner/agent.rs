@@ -52,6 +52,8 @@ pub struct AgentConfig {
     pub prices: HashMap<String, Price>,
     pub connect_timeout: Duration,
     pub timeout: Duration,
+    /// How far one run of an agent with tools may go.
+    pub limits: AgentLimits,
     pub max_body_bytes: usize,
     pub error_body_chars: usize,
 }
@@ -67,6 +69,7 @@ impl Default for AgentConfig {
             prices: HashMap::new(),
             connect_timeout: Duration::from_secs(10),
             timeout: Duration::from_secs(120),
+            limits: AgentLimits::default(),
             max_body_bytes: 4 * 1024 * 1024,
             error_body_chars: 512,
         }
@@ -190,12 +193,67 @@ pub fn system_prompt(call: &Call<'_>) -> Result<String, Failure> {
         .join("\n\n"))
 }
 
-/// The most answers the model gives in one run of an agent with tools (`agent:turn_limit`).
-pub const MAX_TURNS: usize = 8;
-/// The most tool calls in one run (`agent:tool_call_limit`).
-pub const MAX_TOOL_CALLS: usize = 16;
 /// The most tools listed to the model; the rest of its categories are left out.
 pub const MAX_TOOLS: usize = 64;
+
+/// How far one run of an agent with tools may go; hitting a limit ends the run with its named
+/// failure, the usage so far in its receipt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AgentLimits {
+    /// Answers from the model (`agent:turn_limit`).
+    pub turns: usize,
+    /// Tool calls over the run (`agent:tool_call_limit`).
+    pub tool_calls: usize,
+    /// Prompt and completion tokens over the run (`agent:token_limit`).
+    pub tokens: u64,
+    /// US dollars over the run, where the price table prices the model (`agent:cost_limit`).
+    pub cost_usd: f64,
+    /// Time for the whole run, tool calls included (`agent:time_limit`).
+    pub wall: Duration,
+}
+
+impl Default for AgentLimits {
+    fn default() -> AgentLimits {
+        AgentLimits {
+            turns: 8,
+            tool_calls: 16,
+            tokens: 200_000,
+            cost_usd: 1.0,
+            wall: Duration::from_secs(300),
+        }
+    }
+}
+
+impl AgentLimits {
+    /// The limit `usage` and `elapsed` have passed, if one.
+    fn passed(&self, usage: &Usage, elapsed: Duration) -> Option<Failure> {
+        let tokens = usage.prompt_tokens + usage.completion_tokens;
+        if tokens > self.tokens {
+            return Some(Failure::new(
+                "agent:token_limit",
+                format!(
+                    "{tokens} tokens, more than the {} a run may use",
+                    self.tokens
+                ),
+            ));
+        }
+        if let Some(cost) = usage.cost_usd.filter(|c| *c > self.cost_usd) {
+            return Some(Failure::new(
+                "agent:cost_limit",
+                format!(
+                    "{cost:.4} USD, more than the {} a run may cost",
+                    self.cost_usd
+                ),
+            ));
+        }
+        (elapsed > self.wall).then(|| {
+            Failure::new(
+                "agent:time_limit",
+                format!("more than {} s", self.wall.as_secs()),
+            )
+        })
+    }
+}
 
 /// The rows an agent with `allowed_categories` may call: enabled, visible to planners, in one
 /// of its categories (`*`: any), not itself; ordered by `planner_rank`, then `seq`, then key.
@@ -382,6 +440,8 @@ impl AgentRunner {
                 format!("calls nest more than {} deep", super::flow::MAX_DEPTH),
             ));
         }
+        let limits = self.config.limits;
+        let started = std::time::Instant::now();
         let mut usage = Usage::default();
         let mut made = 0usize;
         let stop = |failure: Failure, usage: Usage| Ran {
@@ -389,7 +449,7 @@ impl AgentRunner {
             usage,
             truncated: false,
         };
-        for _ in 0..MAX_TURNS {
+        for _ in 0..limits.turns {
             let mut request = json!({"model": model, "messages": messages});
             if !definitions.is_empty() {
                 request["tools"] = json!(definitions);
@@ -399,6 +459,9 @@ impl AgentRunner {
                 Err(f) => return Ok(stop(f, usage)),
             };
             usage.add(&u);
+            if let Some(f) = limits.passed(&usage, started.elapsed()) {
+                return Ok(stop(f, usage));
+            }
             let tool_calls = message
                 .get("tool_calls")
                 .and_then(Json::as_array)
@@ -419,14 +482,17 @@ impl AgentRunner {
             messages.push(message);
             for tc in tool_calls {
                 made += 1;
-                if made > MAX_TOOL_CALLS {
+                if made > limits.tool_calls {
                     return Ok(stop(
                         Failure::new(
                             "agent:tool_call_limit",
-                            format!("more than {MAX_TOOL_CALLS} tool calls"),
+                            format!("more than {} tool calls", limits.tool_calls),
                         ),
                         usage,
                     ));
+                }
+                if let Some(f) = limits.passed(&usage, started.elapsed()) {
+                    return Ok(stop(f, usage));
                 }
                 let id = tc["id"].as_str().unwrap_or_default().to_string();
                 let name = tc["function"]["name"].as_str().unwrap_or_default();
@@ -456,7 +522,7 @@ impl AgentRunner {
         Ok(stop(
             Failure::new(
                 "agent:turn_limit",
-                format!("no answer after {MAX_TURNS} turns"),
+                format!("no answer after {} turns", limits.turns),
             ),
             usage,
         ))
