@@ -22,6 +22,10 @@ pub const FORMAT: u32 = 1;
 /// The most bytes a manifest may have (a 100,000-row site's is about 15 MB).
 pub const MAX_BYTES: usize = 64 * 1024 * 1024;
 
+/// The largest file a manifest may name: a follower holds one file in memory while it checks
+/// it, so a manifest that promises more is refused before anything is fetched.
+pub const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
+
 /// What one build holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,6 +85,13 @@ impl Manifest {
             }
             if !seen.insert(e.path.as_str()) {
                 bail!("the manifest names {} twice", e.path);
+            }
+            if e.size > MAX_FILE_BYTES {
+                bail!(
+                    "the manifest says {} has {} bytes, more than a follower takes ({MAX_FILE_BYTES})",
+                    e.path,
+                    e.size
+                );
             }
             if e.sha256.len() != 64 || !e.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
                 bail!("the manifest's digest of {} is not a SHA-256", e.path);
@@ -218,6 +229,23 @@ pub fn write(dir: &Path, commit: &str, previous: Option<&Path>) -> Result<Manife
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a host serves as `build.json`, reading it answers without panicking, and
+        /// what it accepts names only safe paths.
+        #[test]
+        fn any_bytes_parse_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let Ok(m) = Manifest::parse(&bytes) {
+                prop_assert!(m.files.iter().all(|e| is_safe_path(&e.path)));
+            }
+        }
+
+        #[test]
+        fn any_path_is_judged(path in ".{0,80}") {
+            let _ = is_safe_path(&path);
+        }
+    }
 
     #[test]
     fn unsafe_paths_are_refused() {
@@ -255,6 +283,7 @@ mod tests {
             ok.replace("\"sha256\":\"0000", "\"sha256\":\"zz00"),
             ok.replace("]}", r#",{"path":"a.html","size":1,"sha256":"0000000000000000000000000000000000000000000000000000000000000000"}]}"#),
             ok.replace("\"commit\"", "\"extra\":1,\"commit\""),
+            ok.replace("\"size\":1", "\"size\":99999999999"),
             "not json".to_string(),
         ] {
             assert!(Manifest::parse(bad.as_bytes()).is_err(), "{bad}");
