@@ -29,6 +29,8 @@ struct Model {
     plan: Arc<Vec<(String, String)>>,
     /// Asks for the plan's tools on every turn and never answers.
     stubborn: bool,
+    /// The answer of a model that calls no tools.
+    reply: Option<String>,
     seen: Arc<Mutex<Vec<Json>>>,
 }
 
@@ -44,7 +46,9 @@ async fn completions(
         .filter(|msg| msg["role"] == "tool")
         .map(|msg| msg["content"].as_str().unwrap_or_default())
         .collect();
-    let message = if results.is_empty() || m.stubborn {
+    let message = if let Some(reply) = &m.reply {
+        json!({"role": "assistant", "content": reply})
+    } else if results.is_empty() || m.stubborn {
         let calls: Vec<Json> = m
             .plan
             .iter()
@@ -81,8 +85,16 @@ async fn fixture_with(
                 .collect(),
         ),
         stubborn,
+        reply: None,
         seen: Arc::default(),
     };
+    fixture_model(model, limits).await
+}
+
+async fn fixture_model(
+    model: Model,
+    limits: AgentLimits,
+) -> (Built, AppState, Model, Arc<AtomicUsize>) {
     let model_addr = common::serve(
         axum::Router::new()
             .route("/v1/chat/completions", post(completions))
@@ -119,6 +131,10 @@ async fn fixture_with(
     repo.write(
         "TOOL_AGENT.yaml",
         "key: TOOL_AGENT\ntype: agent\ntarget: test-model\ncategory: agents\nallowed_categories: [text]\ncontent: |\n  # WHAT: Answers with the help of the text tools.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=question\n  # EX: hash hello\n  # OUTPUT: text\n  Use the tools.\n",
+    );
+    repo.write(
+        "ROUTING_AGENT.yaml",
+        "key: ROUTING_AGENT\ntype: agent\ntarget: test-model\ncategory: agents\nroute_reply: true\ncontent: |\n  # WHAT: Answers with router tags in its reply.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=question\n  # EX: hash hello\n  # OUTPUT: text\n  Write router tags.\n",
     );
     repo.commit("rows", "2024-01-01T00:00:00Z");
     let f = Built::new(repo);
@@ -293,4 +309,38 @@ async fn an_agent_that_does_not_stop_is_stopped_by_its_limits() {
         2,
         "15 tokens a turn: stopped after the second"
     );
+}
+
+/// An agent row with `route_reply: true`: the tags in its final reply run (under the caller's
+/// authority, a receipt each below the agent's) and their outputs take their places.
+#[tokio::test]
+async fn an_agent_that_routes_its_reply_runs_the_tags_in_it() {
+    let model = Model {
+        plan: Arc::new(Vec::new()),
+        stubborn: false,
+        reply: Some("Digest: [SHA_TOOL]hello[/SHA_TOOL]; then [NOPE_Q]x[/NOPE_Q].".into()),
+        seen: Arc::default(),
+    };
+    let (f, s, _, _) = fixture_model(model, AgentLimits::default()).await;
+    let req = Request::post("/api/dispatch")
+        .header("content-type", "application/json")
+        .header("x-owner-key", OWNER)
+        .body(Body::from(
+            json!({"key": "ROUTING_AGENT", "body": "hash hello"}).to_string(),
+        ))
+        .unwrap();
+    let res = app(s.clone()).oneshot(req).await.expect("response");
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let v: Json = serde_json::from_slice(&bytes).expect("json");
+    let out = v["output"].as_str().expect("output");
+    assert!(
+        out.starts_with(
+            "Digest: 2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824; then ERR:unknown_key:NOPE_Q"
+        ),
+        "{out}"
+    );
+    let all = receipts(&f);
+    let keys: Vec<&str> = all.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["SHA_TOOL", "NOPE_Q", "ROUTING_AGENT"]);
+    assert!(all[..2].iter().all(|r| r["parent"] == v["receipt"]));
 }

@@ -69,7 +69,7 @@ fn snapshot_history_counts_and_tombstone() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    assert_eq!(cols.len(), 21, "{cols:?}");
+    assert_eq!(cols.len(), 22, "{cols:?}");
     for c in [
         "key",
         "type",
@@ -92,6 +92,7 @@ fn snapshot_history_counts_and_tombstone() {
         "asks",
         "path",
         "contract_hash",
+        "route_reply",
     ] {
         assert!(cols.iter().any(|x| x == c), "missing column {c}");
     }

@@ -83,7 +83,8 @@ CREATE TABLE directory (
   updated_at TEXT,
   asks TEXT NOT NULL,
   path TEXT NOT NULL,
-  contract_hash TEXT NOT NULL
+  contract_hash TEXT NOT NULL,
+  route_reply INTEGER NOT NULL
 );
 CREATE INDEX directory_category ON directory(category, key);
 CREATE TABLE row_history (
@@ -122,7 +123,7 @@ pub fn write(
     tx.execute_batch(SCHEMA)?;
     {
         let mut ins = tx.prepare(
-            "INSERT INTO directory VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)",
+            "INSERT INTO directory VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)",
         )?;
         let mut hist = tx.prepare("INSERT INTO row_history VALUES (?1,?2,?3,?4,?5,?6,?7)")?;
         for r in rows {
@@ -152,6 +153,7 @@ pub fn write(
                     .get(&r.key)
                     .cloned()
                     .unwrap_or_else(|| fingerprint(r)),
+                r.route_reply,
             ])?;
             for (i, c) in history.of(file).iter().enumerate() {
                 hist.execute(params![
@@ -214,7 +216,7 @@ pub fn open(path: &Path) -> Result<Snapshot> {
     let mut stmt = db.prepare(
         "SELECT key, type, target, auth, content, category, allowed_categories, seq, enabled,
                 planner_visible, planner_rank, input_schema, examples, sensitive, runner, includes,
-                asks, path FROM directory ORDER BY key",
+                asks, path, route_reply FROM directory ORDER BY key",
     )?;
     let rows = stmt
         .query_map([], |r| {
@@ -241,6 +243,7 @@ pub fn open(path: &Path) -> Result<Snapshot> {
                 runner: r.get(14)?,
                 includes: list(r.get(15)?),
                 asks: list(r.get(16)?),
+                route_reply: r.get(18)?,
                 path: PathBuf::from(path),
                 spans: Spans::default(),
             })

@@ -162,6 +162,18 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
             format!("add {what}"),
         ));
     }
+    if row.route_reply && row.kind != RowType::Agent {
+        d.push(Diagnostic::error(
+            p,
+            s.value("route_reply"),
+            "bad_route_reply",
+            format!(
+                "`route_reply` routes an agent's reply; this is a `{}` row",
+                row.kind.as_str()
+            ),
+            "remove `route_reply`, or make the row an agent",
+        ));
+    }
     if !row.runner.is_empty() && !crate::row::RUNNERS.contains(&row.runner.as_str()) {
         let help = match did_you_mean(&row.runner, crate::row::RUNNERS.iter().copied()) {
             Some(s) => format!(

@@ -42,6 +42,11 @@ pub fn fingerprint(row: &Row) -> String {
         "includes": row.includes,
         "payload": row.payload(),
     });
+    let mut callable = callable;
+    // Said only when set, so rows that do not route keep the fingerprints they had.
+    if row.route_reply {
+        callable["route_reply"] = json!(true);
+    }
     hex::encode(Sha256::digest(callable.to_string().as_bytes()))
 }
 

@@ -46,6 +46,7 @@ pub const FIELDS: &[&str] = &[
     "runner",
     "includes",
     "asks",
+    "route_reply",
 ];
 
 /// Which runner executes a row.
@@ -277,6 +278,9 @@ pub struct Row {
     pub includes: Vec<String>,
     /// Requests that must find this row.
     pub asks: Vec<String>,
+    /// Agent rows: the final reply's router tags (`[KEY]args[/KEY]`) are run, each under the
+    /// caller's authority, and replaced by their outputs.
+    pub route_reply: bool,
     /// The parsed docstring and payload.
     pub parsed: Content,
     /// The file it came from, relative to where the catalogue was read.
@@ -480,6 +484,7 @@ pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
     let enabled = fields.boolean(&raw, "enabled").unwrap_or(true);
     let planner_visible = fields.boolean(&raw, "planner_visible").unwrap_or(true);
     let sensitive = fields.boolean(&raw, "sensitive").unwrap_or(false);
+    let route_reply = fields.boolean(&raw, "route_reply").unwrap_or(false);
     let input_schema = fields.json(&raw, "input_schema");
 
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
@@ -552,6 +557,7 @@ pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
         runner,
         includes,
         asks,
+        route_reply,
         parsed,
         path: path.to_path_buf(),
         spans,

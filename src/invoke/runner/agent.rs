@@ -321,6 +321,33 @@ fn tool_input(row: &Row, arguments: &str) -> Result<Input, String> {
     }
 }
 
+/// The reply with each router tag (`[KEY]args[/KEY]`) run as a nested call under the caller's
+/// authority and replaced by its output (or its refusal). What a tag answers is not run again.
+async fn route_reply(
+    call: &Call<'_>,
+    context: &crate::invoke::authority::CallContext,
+    reply: &str,
+    usage: &mut Usage,
+) -> String {
+    let found = crate::row::route::tags(reply);
+    let mut outputs = Vec::with_capacity(found.len());
+    for tag in &found {
+        let o = super::run_nested(
+            call.invoker,
+            context,
+            tag.key,
+            Input::Body(tag.args.to_string()),
+            tag.args,
+        )
+        .await;
+        if let Some(u) = &o.usage {
+            usage.add(u);
+        }
+        outputs.push(o.output);
+    }
+    crate::row::route::replace(reply, &found, &outputs)
+}
+
 impl AgentRunner {
     /// One chat completion: the assistant message and the usage.
     async fn complete(
@@ -472,6 +499,11 @@ impl AgentRunner {
                     Some(Json::String(s)) => s.clone(),
                     None | Some(Json::Null) => String::new(),
                     Some(other) => other.to_string(),
+                };
+                let content = if call.callable.row.route_reply {
+                    route_reply(&call, &context, &content, &mut usage).await
+                } else {
+                    content
                 };
                 return Ok(Ran {
                     result: Ok(content),
