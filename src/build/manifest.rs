@@ -241,9 +241,18 @@ mod tests {
             }
         }
 
+        /// A path judged safe stays below the site's root whatever it holds.
         #[test]
-        fn any_path_is_judged(path in ".{0,80}") {
-            let _ = is_safe_path(&path);
+        fn a_safe_path_stays_below_the_root(path in "[a-z./\\\\%-]{0,40}") {
+            if is_safe_path(&path) {
+                let joined = Path::new("/site").join(&path);
+                prop_assert!(joined.starts_with("/site") && joined != Path::new("/site"));
+                prop_assert!(joined.components().all(|c| matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )));
+                prop_assert!(!path.contains('\\') && !path.split('/').any(|p| p.starts_with('.')));
+            }
         }
     }
 

@@ -23,21 +23,25 @@ pub fn registry_entry(row: &Row, urls: &Urls, fingerprint: &str) -> Json {
 /// The argument of every MCP tool that names the failed call it repairs.
 pub const REPAIRS: &str = "repairs";
 
-/// The MCP tool for a row: name = key, description = WHAT and WHEN_TO_USE, the input schema
-/// (or a single `body` string described by the ARGS line), and behaviour hints.
-pub fn mcp_tool(row: &Row) -> Json {
-    let doc = row.doc();
+/// A row described as a tool (for MCP and for an agent's tool listing): WHAT and WHEN_TO_USE.
+pub fn tool_description(row: &Row) -> String {
     let mut description = row.what().to_string();
-    if let Some(w) = doc.when_to_use.as_deref().filter(|w| !w.is_empty()) {
+    if let Some(w) = row.doc().when_to_use.as_deref().filter(|w| !w.is_empty()) {
         description.push_str(" When to use: ");
         description.push_str(w);
     }
-    let input_schema = row.input_schema.clone().unwrap_or_else(|| {
+    description
+}
+
+/// A row's arguments as a tool's JSON Schema: its `input_schema`, or a single `body` string
+/// described by the ARGS line (required when a template needs `$1`).
+pub fn tool_arguments(row: &Row) -> Json {
+    row.input_schema.clone().unwrap_or_else(|| {
         let mut schema = json!({
             "type": "object",
             "properties": {"body": {
                 "type": "string",
-                "description": format!("Arguments as one string, pieces split on `|`. {}", doc.args.as_deref().unwrap_or(""))
+                "description": format!("Arguments as one string, pieces split on `|`. {}", row.doc().args.as_deref().unwrap_or(""))
                     .trim_end().to_string(),
             }},
         });
@@ -46,9 +50,15 @@ pub fn mcp_tool(row: &Row) -> Json {
             schema["required"] = json!(["body"]);
         }
         schema
-    });
+    })
+}
+
+/// The MCP tool for a row: name = key, description = WHAT and WHEN_TO_USE, the input schema
+/// (or a single `body` string described by the ARGS line), and behaviour hints.
+pub fn mcp_tool(row: &Row) -> Json {
+    let description = tool_description(row);
     // Any call may repair a failed one; a row's own `repairs` argument, if it has one, wins.
-    let mut input_schema = input_schema;
+    let mut input_schema = tool_arguments(row);
     if let Some(props) = input_schema
         .get_mut("properties")
         .and_then(Json::as_object_mut)

@@ -15,7 +15,7 @@ use crate::row::credential::Credential;
 use crate::row::diag::{Diagnostic, did_you_mean};
 use crate::row::flow;
 use crate::row::target::HttpTarget;
-use crate::row::{self, Row, RowType, is_valid_key, line_col};
+use crate::row::{self, Row, RowType, is_category, is_valid_key, line_col};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -114,12 +114,6 @@ fn check_placeholders(path: &Path, text: &str) -> Vec<Diagnostic> {
             })
         })
         .collect()
-}
-
-fn is_category(c: &str) -> bool {
-    !c.is_empty()
-        && c.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// Rules that need only the row itself.
@@ -509,12 +503,10 @@ fn reaches_sensitive<'a>(
     by_key: &BTreeMap<&'a str, Vec<&'a Row>>,
 ) -> Option<Vec<&'a str>> {
     if row.kind == RowType::Agent && !row.allowed_categories.is_empty() {
-        let all = row.allowed_categories.iter().any(|c| c == "*");
-        let hit = by_key.values().flatten().find(|other| {
-            other.sensitive
-                && other.key != row.key
-                && (all || row.allowed_categories.contains(&other.category))
-        })?;
+        let hit = by_key
+            .values()
+            .flatten()
+            .find(|other| other.sensitive && row.offers_tool(other))?;
         return Some(vec![row.key.as_str(), hit.key.as_str()]);
     }
     let mut seen = std::collections::HashSet::new();

@@ -79,17 +79,19 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
 async fn first_sync(url: &str, site: &Path) -> anyhow::Result<Follower> {
     let follower = Follower::new(url, site)?;
     let held = site.join("catalogue.sqlite").exists();
-    let tries = if held { 1 } else { 5 };
-    for attempt in 1..=tries {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
         match follower.poll().await {
+            // A held build serves until a later poll brings a newer one.
             Ok(_) => return Ok(follower),
-            Err(e) if attempt == tries && !held => {
+            Err(_) if held => return Ok(follower),
+            Err(e) if attempt == 5 => {
                 return Err(e.context(format!("no build could be fetched from {url}")));
             }
             Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
         }
     }
-    Ok(follower)
 }
 
 /// The dispatcher's settings shared by `serve` and `mcp`: the ledger opened (migrated, its

@@ -19,7 +19,7 @@ use crate::access::affordance::{self, Affordances, Here};
 use crate::access::auth::{self, Caller, Keys, open_refusal};
 use crate::access::token::{self, Reason, Target};
 use crate::check::secrets::{self, Known};
-use crate::invoke::authority::{Authority, CallContext, Node};
+use crate::invoke::authority::{Authority, CallContext, Node, now_rfc3339};
 use crate::invoke::outcome::Status;
 use crate::invoke::rowset::Callable;
 use crate::invoke::{Input, InvokerConfig};
@@ -30,7 +30,6 @@ use serde::Deserialize;
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
@@ -108,16 +107,11 @@ pub struct Dispatcher {
     inflight: Semaphore,
     /// (status, runner) → invocations, for `/metrics`.
     invocations: Counts,
-    /// New builds swapped in, for `/metrics`.
-    reload_count: AtomicU64,
-    /// Bumped after every reload, so MCP streams can tell their clients the tools changed.
+    /// New builds swapped in so far: bumped after every reload, so MCP streams can tell their
+    /// clients the tools changed and `/metrics` can count them.
     reloads: watch::Sender<u64>,
     /// The published site this dispatcher follows (`serve --follow`), if any.
-    follower: Mutex<Option<Arc<Follower>>>,
-}
-
-fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    follower: std::sync::OnceLock<Arc<Follower>>,
 }
 
 impl Dispatcher {
@@ -136,9 +130,8 @@ impl Dispatcher {
             max_inflight: settings.max_inflight,
             inflight: Semaphore::new(settings.max_inflight),
             invocations: Counts::default(),
-            reload_count: AtomicU64::new(0),
             reloads: watch::Sender::new(0),
-            follower: Mutex::new(None),
+            follower: std::sync::OnceLock::new(),
         })
     }
 
@@ -182,7 +175,7 @@ impl Dispatcher {
 
     /// New builds swapped in so far.
     pub fn reload_count(&self) -> u64 {
-        self.reload_count.load(Ordering::Relaxed)
+        *self.reloads.borrow()
     }
 
     /// Reload when `catalogue.sqlite` changed; true when a new build was swapped in. A build
@@ -201,7 +194,6 @@ impl Dispatcher {
                     "reloaded the site"
                 );
                 self.live.store(Arc::new(live));
-                self.reload_count.fetch_add(1, Ordering::Relaxed);
                 self.reloads.send_modify(|n| *n += 1);
                 true
             }
@@ -231,32 +223,28 @@ impl Dispatcher {
         });
     }
 
-    /// Poll `follower` every `every` and serve each new build it puts in place, until the
-    /// runtime stops. The first poll is after one interval: start from a synced site.
-    pub fn follow(self: &Arc<Self>, follower: Arc<Follower>, every: Duration) {
-        *self.follower.lock().unwrap_or_else(|p| p.into_inner()) = Some(follower.clone());
-        let dispatcher = self.clone();
+    /// Poll `follower` every `every` until the runtime stops; each build it swaps into the site
+    /// is served by the reloader (`spawn_reloader`) like any other. The first poll is after one
+    /// interval: start from a synced site. A dispatcher follows one site, once.
+    pub fn follow(&self, follower: Arc<Follower>, every: Duration) {
+        if self.follower.set(follower.clone()).is_err() {
+            return;
+        }
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
                 tick.tick().await;
-                if let Ok(follow::Polled::Updated { .. }) = follower.poll().await {
-                    let d = dispatcher.clone();
-                    let _ = tokio::task::spawn_blocking(move || d.reload_if_changed()).await;
-                }
+                // The outcome is in the follower's status and log.
+                let _ = follower.poll().await;
             }
         });
     }
 
     /// What the follower has done, when this dispatcher follows a published site.
     pub fn follow_status(&self) -> Option<FollowStatus> {
-        self.follower
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(|f| f.status())
+        self.follower.get().map(|f| f.status())
     }
 
     /// One receipt by id, checked for form first.
@@ -423,28 +411,36 @@ impl Dispatcher {
             Some(args) => Input::Args(args),
             None => Input::Body(request.body.unwrap_or_default()),
         };
-        // The call's receipt id and trace are fixed first: its steps' receipts name them.
+        // The call's receipt id and trace are fixed first: its steps' receipts name them. Only
+        // a row that makes nested calls gets an authority over them (a call tree).
         let id = ledger::new_id();
         let trace_id = uuid::Uuid::new_v4().simple().to_string();
-        let tree = Arc::new(Tree {
-            pending: Mutex::new(Vec::new()),
-            ledger: self.ledger.clone(),
-            secrets: self.secrets.clone(),
-            invocations: self.invocations.clone(),
-            caller: caller.clone(),
-            root: id.clone(),
-            trace_id: trace_id.clone(),
-            commit: live.info.commit.clone(),
+        let tree = crate::row::call::makes_nested_calls(&callable.row).then(|| {
+            Arc::new(Tree {
+                pending: Mutex::new(Vec::new()),
+                ledger: self.ledger.clone(),
+                secrets: self.secrets.clone(),
+                invocations: self.invocations.clone(),
+                caller: caller.clone(),
+                root: id.clone(),
+                trace_id: trace_id.clone(),
+                commit: live.info.commit.clone(),
+            })
         });
-        let context = CallContext::under(tree.clone(), &id);
+        let context = match &tree {
+            Some(tree) => CallContext::under(tree.clone(), &id),
+            None => CallContext::default(),
+        };
         let started_at = now_rfc3339();
         let outcome = live.invoker.invoke_in(&request.key, input, &context).await;
         let finished_at = now_rfc3339();
         // The steps' receipts are durable before the flow's is written, and so before any
         // answer: no acknowledged call lacks a node of its tree.
-        tree.settle()
-            .await
-            .map_err(|e| DispatchError::unavailable("the receipt could not be written", e))?;
+        if let Some(tree) = &tree {
+            tree.settle()
+                .await
+                .map_err(|e| DispatchError::unavailable("the receipt could not be written", e))?;
+        }
         // Redacted once: the receipt stores it and the caller is answered with it.
         let output = secrets::redact(&outcome.output, &self.secrets);
         let draft = Draft {
@@ -712,11 +708,8 @@ impl Authority for Tree {
         ledger::new_id()
     }
 
-    fn record<'a>(
-        &'a self,
-        node: Node<'a>,
-    ) -> futures_util::future::BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
+    fn record(&self, node: Node<'_>) {
+        {
             let outcome = node.outcome;
             let draft = Draft {
                 id: node.id.to_string(),
@@ -747,8 +740,7 @@ impl Authority for Tree {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(queued);
-            Ok(())
-        })
+        }
     }
 }
 

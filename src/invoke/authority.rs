@@ -8,7 +8,6 @@
 use crate::invoke::outcome::Outcome;
 use crate::invoke::rowset::Callable;
 use crate::row::Row;
-use futures_util::future::BoxFuture;
 use std::sync::Arc;
 
 /// The gate and the receipt writer for every nested call under one top-level call.
@@ -18,8 +17,9 @@ pub trait Authority: Send + Sync {
     fn admit(&self, step: &Row) -> Result<(), (String, String)>;
     /// A fresh receipt id for a nested call about to run (its children name it as parent).
     fn new_id(&self) -> String;
-    /// Make a nested call's receipt durable; the flow goes on only once it is.
-    fn record<'a>(&'a self, node: Node<'a>) -> BoxFuture<'a, Result<(), String>>;
+    /// Queue a nested call's receipt, in the order the calls end; the top-level call answers
+    /// only once every one it queued is durable.
+    fn record(&self, node: Node<'_>);
 }
 
 /// One nested call, finished or refused, as its receipt records it.

@@ -71,6 +71,16 @@ pub fn example_of(row: &Row) -> String {
         .unwrap_or_default()
 }
 
+/// Does calling `row` make calls of other rows (a flow's steps, an agent's tool calls or the
+/// tags of its reply)? Only such a call needs an authority over nested calls.
+pub fn makes_nested_calls(row: &Row) -> bool {
+    match row.kind {
+        RowType::Flow => true,
+        RowType::Agent => !row.allowed_categories.is_empty() || row.route_reply,
+        RowType::Fn | RowType::Http => false,
+    }
+}
+
 /// The rows `row` composes: a flow's step keys and an agent's included blocks, in order.
 pub fn composed(row: &Row) -> Vec<String> {
     match row.kind {
@@ -108,11 +118,9 @@ pub fn fingerprints<'a>(rows: impl IntoIterator<Item = &'a Row>) -> HashMap<Stri
         // An agent with tools composes its tool listing too: the rows of its categories.
         let mut parts_of = composed(row);
         if row.kind == RowType::Agent && !row.allowed_categories.is_empty() {
-            let all = row.allowed_categories.iter().any(|c| c == "*");
             let mut tools: Vec<String> = by_key
                 .values()
-                .filter(|r| r.planner_visible && r.key != row.key)
-                .filter(|r| all || row.allowed_categories.contains(&r.category))
+                .filter(|r| row.offers_tool(r))
                 .map(|r| r.key.clone())
                 .collect();
             tools.sort();

@@ -310,6 +310,19 @@ impl Row {
         }
     }
 
+    /// Is `tool` among the tools of this agent row: enabled, visible to planners, not the agent
+    /// itself, in one of its `allowed_categories` (`*`: any)? The tool listing, the composed
+    /// fingerprint and the gate's `reaches_sensitive` all ask this.
+    pub fn offers_tool(&self, tool: &Row) -> bool {
+        tool.enabled
+            && tool.planner_visible
+            && tool.key != self.key
+            && self
+                .allowed_categories
+                .iter()
+                .any(|c| c == "*" || *c == tool.category)
+    }
+
     /// Test-shaped keys stay out of the registry count (DESIGN.md §6).
     pub fn is_test_shaped(&self) -> bool {
         is_test_key(&self.key)
@@ -317,6 +330,13 @@ impl Row {
 }
 
 /// The name a category is listed under: rows without one are `uncategorized`.
+/// A category name: lowercase letters, digits and dashes.
+pub fn is_category(c: &str) -> bool {
+    !c.is_empty()
+        && c.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 pub fn category_name(category: &str) -> &str {
     if category.is_empty() {
         "uncategorized"

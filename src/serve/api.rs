@@ -66,18 +66,15 @@ fn check_query(q: &DispatchQuery) -> Result<(), ApiError> {
             "use format=markdown or format=json",
         ));
     }
-    if let Some(c) = q.category.as_deref() {
-        let named = !c.is_empty()
-            && c.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !named {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_query",
-                format!("`category={c}` is not a category name"),
-                "send ?registry=1&category=NAME, NAME in lowercase letters, digits and dashes",
-            ));
-        }
+    if let Some(c) = q.category.as_deref()
+        && !crate::row::is_category(c)
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("`category={c}` is not a category name"),
+            "send ?registry=1&category=NAME, NAME in lowercase letters, digits and dashes",
+        ));
     }
     if q.limit.is_some_and(|l| l > MAX_ASK_LIMIT) {
         return Err(ApiError::new(

@@ -7,6 +7,7 @@
 //! table names the model, so every receipt can say what a call cost.
 
 use super::{Call, Ran, RunFuture, Runner, fetch_reason, read_capped, scrub, truncate_chars};
+use crate::build::projection;
 use crate::invoke::Input;
 use crate::invoke::outcome::{Failure, Usage};
 use crate::row::Row;
@@ -259,14 +260,12 @@ impl AgentLimits {
 /// of its categories (`*`: any), not itself; ordered by `planner_rank`, then `seq`, then key.
 pub fn tools_of<'a>(call: &Call<'a>) -> Vec<&'a Row> {
     let me = &call.callable.row;
-    let all = me.allowed_categories.iter().any(|c| c == "*");
     let rows = call.invoker.rows();
     let mut tools: Vec<&Row> = rows
         .keys()
         .into_iter()
         .filter_map(|k| rows.row(k))
-        .filter(|r| r.enabled && r.planner_visible && r.key != me.key)
-        .filter(|r| all || me.allowed_categories.contains(&r.category))
+        .filter(|r| me.offers_tool(r))
         .collect();
     tools.sort_by(|a, b| {
         (a.planner_rank, a.seq.is_none(), a.seq, &a.key).cmp(&(
@@ -280,24 +279,13 @@ pub fn tools_of<'a>(call: &Call<'a>) -> Vec<&'a Row> {
     tools
 }
 
-/// A row as an OpenAI-style function tool: as the MCP full projection describes it.
+/// A row as an OpenAI-style function tool, described as the MCP full projection describes it.
 fn tool_definition(row: &Row) -> Json {
-    let doc = row.doc();
-    let mut description = row.what().to_string();
-    if let Some(w) = doc.when_to_use.as_deref().filter(|w| !w.is_empty()) {
-        description.push_str(" When to use: ");
-        description.push_str(w);
-    }
-    let parameters = row.input_schema.clone().unwrap_or_else(|| {
-        json!({
-            "type": "object",
-            "properties": {"body": {
-                "type": "string",
-                "description": format!("Arguments as one string, pieces split on `|`. {}", doc.args.as_deref().unwrap_or("")).trim_end().to_string(),
-            }},
-        })
-    });
-    json!({"type": "function", "function": {"name": row.key, "description": description, "parameters": parameters}})
+    json!({"type": "function", "function": {
+        "name": row.key,
+        "description": projection::tool_description(row),
+        "parameters": projection::tool_arguments(row),
+    }})
 }
 
 /// One tool call's arguments as the callee takes them: by name for a typed row, else the

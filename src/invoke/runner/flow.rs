@@ -80,9 +80,11 @@ impl Progress {
 /// Why step `key` stopped the flow. A depth overrun is passed up unchanged: it is about the
 /// whole nest, not one step.
 fn step_failed(key: &str, outcome: &Outcome) -> Failure {
-    if let Some(e) = outcome.error.as_ref().filter(|e| {
-        e.code == "flow:too_deep" || e.code == "flow:step_refused" || e.code == "flow:receipt"
-    }) {
+    if let Some(e) = outcome
+        .error
+        .as_ref()
+        .filter(|e| e.code == "flow:too_deep" || e.code == "flow:step_refused")
+    {
         return e.clone();
     }
     Failure::new("flow:step_failed", format!("{key}:{}", outcome.output))

@@ -77,9 +77,8 @@ pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Ran> + Send + 'a>>;
 
 /// Run one nested call (a flow's step, an agent's tool call) in `context` (its caller's, one
 /// level deeper); `shown` is its input as its receipt records it. Under an authority the step
-/// is admitted first, runs below a receipt id of its own, and its receipt is durable before
-/// this returns; a refusal or a receipt that could not be written is a failure that stops the
-/// flow.
+/// is admitted first, runs below a receipt id of its own, and its receipt is queued; a
+/// refusal is a failure (`flow:step_refused`) that stops the flow.
 pub async fn run_nested(
     invoker: &Invoker,
     context: &CallContext,
@@ -96,6 +95,7 @@ pub async fn run_nested(
     let started_at = now_rfc3339();
     let started = std::time::Instant::now();
     let admitted = callable.map_or(Ok(()), |c| authority.admit(&c.row));
+    let refused = admitted.is_err();
     let outcome = match admitted {
         Ok(()) => {
             let below = CallContext {
@@ -127,32 +127,20 @@ pub async fn run_nested(
         outcome: &outcome,
         started_at: &started_at,
     };
-    let recorded = authority.record(node).await;
-    let stop = match (&recorded, outcome.status) {
-        (Err(e), _) => Some(Failure::new("flow:receipt", format!("{key}:{e}"))),
-        (Ok(()), Status::Refused) if admitted_refused(&outcome) => Some(Failure::new(
-            "flow:step_refused",
-            format!("{key}:{}", outcome.output.trim_start_matches("ERR:")),
-        )),
-        _ => None,
-    };
-    match stop {
-        Some(failure) => {
-            let mut o = outcome;
-            o.status = Status::Failed;
-            o.output = failure.render();
-            o.error = Some(failure);
-            o
-        }
-        None => outcome,
+    authority.record(node);
+    if !refused {
+        return outcome;
     }
-}
-
-/// Was this outcome the authority's refusal (not the callee's own, such as `missing_args`)?
-pub(crate) fn admitted_refused(outcome: &Outcome) -> bool {
-    outcome.error.as_ref().is_some_and(|e| {
-        !crate::invoke::outcome::is_refusal_code(&e.code) && !e.code.contains("flow:")
-    })
+    // The authority refused it: the caller's flow stops here, naming the step and the reason.
+    let failure = Failure::new(
+        "flow:step_refused",
+        format!("{key}:{}", outcome.output.trim_start_matches("ERR:")),
+    );
+    let mut o = outcome;
+    o.status = Status::Failed;
+    o.output = failure.render();
+    o.error = Some(failure);
+    o
 }
 
 /// One way of executing a row.
