@@ -6,7 +6,7 @@ mod common;
 use capdir::check::{asks_gate, check_files};
 use capdir::row::Row;
 use capdir::row::catalogue::{SourceFile, read_dir};
-use capdir::search::Searcher;
+use capdir::search::{Ranking, Searcher};
 use std::path::Path;
 
 fn bundled() -> Vec<Row> {
@@ -92,18 +92,19 @@ fn rows_hidden_from_planners_never_answer_an_ask() {
 
 /// `planner_rank` weighs the score, not only ties: of two rows that match a request almost
 /// equally well, the lower rank wins; a row that matches much better still wins over rank.
+/// (Rows that share `fast` keep that word from dominating CLOSE_B's vector.)
 #[test]
 fn planner_rank_weighs_close_candidates() {
     let rows = check_files(&[
         row("CLOSE_A", "Convert a recipe to metric units.", 100),
         row("CLOSE_B", "Convert a recipe to metric units fast.", 10),
-        row("FAR_C", "Translate a poem.", 0),
+        row("FAR_C", "Translate a poem fast.", 0),
+        row("FAR_D", "Look up the weather fast.", 100),
     ])
     .rows;
     let s = Searcher::in_memory(&rows).unwrap();
     let got = top(&s, "convert recipe metric units");
-    assert_eq!(got[..2], ["CLOSE_B", "CLOSE_A"]);
-    assert!(!got.contains(&"FAR_C".to_string()));
+    assert_eq!(got[..2], ["CLOSE_B", "CLOSE_A"], "{got:?}");
     assert!(capdir::search::rank_weight(0) > capdir::search::rank_weight(100));
     assert!(capdir::search::rank_weight(100) > capdir::search::rank_weight(500));
     assert_eq!(capdir::search::rank_weight(100), 1.0);
@@ -217,4 +218,98 @@ fn on_disk_index_and_batch_answers_in_input_order() {
             .unwrap()
             .ends_with("invoke=WEATHER_CURRENT_TEMPERATURE&body=37.77%7C-122.42")
     );
+}
+
+fn fixture(rows: &[(&str, &str)]) -> Vec<Row> {
+    let files: Vec<SourceFile> = rows.iter().map(|(k, w)| row(k, w, 100)).collect();
+    check_files(&files).rows
+}
+
+/// A request that shares no word with its row (a paraphrase) finds it through the vectors:
+/// the lexical ranking has nothing, the fused one has the row in its top 3.
+#[test]
+fn a_paraphrase_finds_its_row_by_meaning() {
+    let rows = fixture(&[
+        ("WEATHER_FORECAST", "Get the weather forecast for a city."),
+        ("SHA256", "Compute the SHA-256 hash of a text."),
+        ("TRANSLATE_TEXT", "Translate text into another language."),
+        ("SEND_EMAIL", "Send an email message to a recipient."),
+        ("LIST_FILES", "List the files in a folder."),
+        ("STOCK_PRICE", "Look up the share price of a company."),
+    ]);
+    let s = Searcher::in_memory(&rows).unwrap();
+    for (request, key) in [
+        ("will it rain tomorrow", "WEATHER_FORECAST"),
+        ("what does apple trade at on nasdaq", "STOCK_PRICE"),
+    ] {
+        let lexical = s.ask_by(request, 12, Ranking::Lexical).unwrap();
+        assert!(lexical.is_empty(), "{request:?} shares a word: {lexical:?}");
+        let fused = top(&s, request);
+        assert!(
+            fused[..3.min(fused.len())].contains(&key.to_string()),
+            "{request:?}: {fused:?}"
+        );
+    }
+}
+
+/// Asks that give the vectors nothing to work with answer, without error: one row, rows
+/// without a docstring, requests of stop words or of words no row and no vocabulary knows.
+#[test]
+fn degenerate_catalogues_and_requests_answer_without_error() {
+    let one = fixture(&[("ONLY_ROW", "Count the words of a text.")]);
+    let s = Searcher::in_memory(&one).unwrap();
+    assert_eq!(top(&s, "how many words are in this"), ["ONLY_ROW"]);
+    let bare = check_files(&[SourceFile {
+        path: "BARE.yaml".into(),
+        bytes: b"key: BARE\ntype: fn\ntarget: echo\ncontent: |\n  [\"$1\"]\n".to_vec(),
+    }])
+    .rows;
+    let s = Searcher::in_memory(&bare).unwrap();
+    for ranking in Ranking::ALL {
+        s.ask_by("bare", 12, ranking).unwrap();
+    }
+    let s = Searcher::in_memory(&bundled()).unwrap();
+    for request in [
+        "the of and",
+        "",
+        "   ",
+        "zxqv qqqzz",
+        "ﷺ 🦀 ∮",
+        &"a".repeat(100_000),
+    ] {
+        for ranking in Ranking::ALL {
+            let hits = s.ask_by(request, 12, ranking).unwrap();
+            if request.trim().is_empty() || request == "the of and" {
+                assert!(hits.is_empty(), "{request:?} {ranking:?}: {hits:?}");
+            }
+        }
+    }
+}
+
+/// The row vectors are part of the site: two builds of one catalogue write the same bytes,
+/// and the dispatcher's searcher reads them back to the same answers.
+#[test]
+fn row_vectors_build_deterministically_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = bundled();
+    for out in ["a", "b"] {
+        capdir::search::build_index(&dir.path().join(out), &rows).unwrap();
+    }
+    let file = capdir::search::SEMANTIC_FILE;
+    let a = std::fs::read(dir.path().join("a").join(file)).unwrap();
+    assert_eq!(a, std::fs::read(dir.path().join("b").join(file)).unwrap());
+    let opened = Searcher::open(&dir.path().join("a")).unwrap();
+    assert!(opened.has_vectors());
+    let memory = Searcher::in_memory(&rows).unwrap();
+    for q in [
+        "is it going to pour tomorrow",
+        "fingerprint a file",
+        "hash a text",
+    ] {
+        assert_eq!(top(&opened, q), top(&memory, q), "{q:?}");
+    }
+    // A damaged file is an error that names it, not a panic or a silent lexical fallback.
+    std::fs::write(dir.path().join("a").join(file), &a[..a.len() / 2]).unwrap();
+    let err = Searcher::open(&dir.path().join("a")).err().unwrap();
+    assert!(format!("{err:#}").contains(file), "{err:#}");
 }

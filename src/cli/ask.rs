@@ -1,7 +1,7 @@
 //! `capdir ask`: plain words in, the best row and ranked candidates out (one query, or a
 //! batch of them as JSON lines).
 
-use crate::search::Searcher;
+use crate::search::{Ranking, Searcher};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,6 +20,9 @@ pub(super) struct Args {
     limit: usize,
     #[arg(long)]
     json: bool,
+    /// Which ranking answers: `fused` (the default), `lexical` (BM25 alone) or `semantic`.
+    #[arg(long, value_enum, default_value = "fused")]
+    ranking: RankingArg,
     /// The dispatcher's URL, for run-now and contract links.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     base_url: String,
@@ -31,8 +34,25 @@ pub(super) fn open_searcher(site: &Path) -> anyhow::Result<Searcher> {
         .map_err(|e| anyhow::anyhow!("{e:#}; run `capdir build` first"))
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(super) enum RankingArg {
+    Lexical,
+    Semantic,
+    Fused,
+}
+
+impl From<RankingArg> for Ranking {
+    fn from(r: RankingArg) -> Ranking {
+        match r {
+            RankingArg::Lexical => Ranking::Lexical,
+            RankingArg::Semantic => Ranking::Semantic,
+            RankingArg::Fused => Ranking::Fused,
+        }
+    }
+}
+
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let searcher = open_searcher(&a.site)?;
+    let searcher = open_searcher(&a.site)?.with_ranking(a.ranking.into());
     if let Some(file) = a.batch {
         let text = std::fs::read_to_string(&file)?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());

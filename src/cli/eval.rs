@@ -1,6 +1,7 @@
 //! `capdir eval`: search quality on labelled queries, with floors CI can fail on.
 
-use crate::search::Boosts;
+use crate::search::{Boosts, Fusion, Ranking};
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -21,6 +22,53 @@ pub(super) struct Args {
     /// Field weights to try instead of the defaults, e.g. `key=2,what=1`.
     #[arg(long)]
     boosts: Option<Boosts>,
+    /// Which ranking to score: `fused` (what ask does), `lexical` (BM25 alone) or `semantic`.
+    #[arg(long, value_enum, default_value = "fused")]
+    ranking: super::ask::RankingArg,
+    /// Score lexical, semantic and fused side by side.
+    #[arg(long, conflicts_with = "tune")]
+    ablation: bool,
+    /// Fusion settings to try instead of the defaults, e.g. `k=3,weight=1.4,floor=0.1`.
+    #[arg(long)]
+    fusion: Option<FusionArg>,
+    /// Choose the fusion by N-fold cross-validation on these queries and print each fold's
+    /// choice with its held-out figures.
+    #[arg(long, value_name = "FOLDS")]
+    tune: Option<usize>,
+}
+
+/// `k=3,weight=1.4,depth=100,floor=0.1,alone=0.3`: the named settings changed, the rest at their defaults.
+#[derive(Clone, Copy)]
+struct FusionArg(Fusion);
+
+impl std::str::FromStr for FusionArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<FusionArg, String> {
+        let mut f = Fusion::default();
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}` is not name=value"))?;
+            let v: f32 = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{value}` is not a number"))?;
+            match name.trim() {
+                "k" => f.k = v,
+                "weight" => f.weight = v,
+                "floor" => f.floor = v,
+                "alone" => f.alone = v,
+                "depth" if v >= 1.0 => f.depth = v as usize,
+                other => {
+                    return Err(format!(
+                        "unknown or invalid setting `{other}` (k, weight, depth ≥ 1, floor, alone)"
+                    ));
+                }
+            }
+        }
+        Ok(FusionArg(f))
+    }
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -28,7 +76,41 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     if let Some(b) = a.boosts {
         searcher = searcher.with_boosts(b);
     }
+    if let Some(f) = a.fusion {
+        searcher = searcher.with_fusion(f.0);
+    }
+    searcher = searcher.with_ranking(a.ranking.into());
     let labelled = crate::search::eval::read_queries(&std::fs::read_to_string(&a.queries)?)?;
+    if let Some(folds) = a.tune {
+        let tuning = crate::search::eval::tune(&searcher, &labelled, folds)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&tuning)?);
+        } else {
+            print!("{}", tuning.render());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.ablation {
+        let rows = Ranking::ALL
+            .into_iter()
+            .map(|r| {
+                Ok((
+                    r,
+                    crate::search::eval::evaluate_by(&searcher, &labelled, r)?,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if a.json {
+            let v: serde_json::Map<String, serde_json::Value> = rows
+                .iter()
+                .map(|(r, f)| Ok((format!("{r:?}").to_lowercase(), serde_json::to_value(f)?)))
+                .collect::<anyhow::Result<_>>()?;
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            print!("{}", crate::search::eval::render_ablation(&rows));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let figures = crate::search::eval::evaluate(&searcher, &labelled)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
