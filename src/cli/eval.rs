@@ -17,6 +17,9 @@ pub(super) struct Args {
     /// Fail (exit 1) when recall@5 is below this.
     #[arg(long)]
     min_recall5: Option<f64>,
+    /// Fail (exit 1) when recall@1 is below this.
+    #[arg(long)]
+    min_recall1: Option<f64>,
     #[arg(long)]
     json: bool,
     /// Field weights to try instead of the defaults, e.g. `key=2,what=1`.
@@ -129,6 +132,13 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         eprintln!(
             "error: recall@5 {:.3} is below the floor {floor}",
             figures.recall_at_5
+        );
+        ok = false;
+    }
+    if let Some(floor) = a.min_recall1.filter(|f| figures.recall_at_1 < *f) {
+        eprintln!(
+            "error: recall@1 {:.3} is below the floor {floor}",
+            figures.recall_at_1
         );
         ok = false;
     }
