@@ -98,6 +98,7 @@ async fn fixture_model(
     let model_addr = common::serve(
         axum::Router::new()
             .route("/v1/chat/completions", post(completions))
+            .route("/provider/v1/chat/completions", post(completions))
             .with_state(model.clone()),
     )
     .await;
@@ -136,6 +137,10 @@ async fn fixture_model(
         "ROUTING_AGENT.yaml",
         "key: ROUTING_AGENT\ntype: agent\ntarget: test-model\ncategory: agents\nroute_reply: true\ncontent: |\n  # WHAT: Answers with router tags in its reply.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=question\n  # EX: hash hello\n  # OUTPUT: text\n  Write router tags.\n",
     );
+    repo.write(
+        "PROVIDER_AGENT.yaml",
+        "key: PROVIDER_AGENT\ntype: agent\ntarget: local:test-model\ncategory: agents\ncontent: |\n  # WHAT: Answers through a provider named by its target's prefix.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=question\n  # EX: hello\n  # OUTPUT: text\n  Answer.\n",
+    );
     repo.commit("rows", "2024-01-01T00:00:00Z");
     let f = Built::new(repo);
     let ledger = SqliteLedger::open(&f.ledger_path()).expect("ledger");
@@ -143,6 +148,15 @@ async fn fixture_model(
     s.owner_key = Some(OWNER.into());
     s.config.agent.direct.base_url = format!("http://{model_addr}/v1");
     s.config.agent.direct.key_env = String::new();
+    // `local:` names the same scripted model through the provider table; the direct endpoint
+    // answers only under /v1, the provider's under /provider/v1.
+    s.config.agent.providers.insert(
+        "local".into(),
+        capdir::invoke::runner::agent::Endpoint {
+            base_url: format!("http://{model_addr}/provider/v1"),
+            key_env: String::new(),
+        },
+    );
     s.config.agent.limits = limits;
     let state = AppState::new(s).expect("state");
     (f, state, model, hits)
@@ -343,4 +357,114 @@ async fn an_agent_that_routes_its_reply_runs_the_tags_in_it() {
     let keys: Vec<&str> = all.iter().map(|r| r["key"].as_str().unwrap()).collect();
     assert_eq!(keys, ["SHA_TOOL", "NOPE_Q", "ROUTING_AGENT"]);
     assert!(all[..2].iter().all(|r| r["parent"] == v["receipt"]));
+}
+
+/// A listing past the limits (here one tool) is replaced by the meta tools `ask`, `contract`
+/// and `invoke` over the same rows: ask answers from the build's index within the agent's
+/// categories, contract describes a tool, invoke runs one under the gate with its receipt, and
+/// a key outside the categories is refused without running.
+#[tokio::test]
+async fn an_agent_with_too_many_tools_gets_the_meta_tools() {
+    let one = AgentLimits {
+        tools: 1,
+        ..AgentLimits::default()
+    };
+    let (f, s, model, hits) = fixture_with(
+        &[
+            ("ask", r#"{"query": "sha tool"}"#),
+            ("contract", r#"{"key": "SHA_TOOL"}"#),
+            (
+                "invoke",
+                r#"{"key": "SHA_TOOL", "arguments": {"body": "hello"}}"#,
+            ),
+            (
+                "invoke",
+                r#"{"key": "NET_HIT", "arguments": {"body": "x"}}"#,
+            ),
+            ("SHA_TOOL", r#"{"body": "hello"}"#),
+        ],
+        false,
+        one,
+    )
+    .await;
+    let (status, v) = invoke(&s, "hash hello").await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let seen = model.seen.lock().unwrap().clone();
+    let offered: Vec<&str> = seen[0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["ask", "contract", "invoke"]);
+    let results: Vec<&str> = seen[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    let asked: Json = serde_json::from_str(results[0]).expect("ask answers JSON");
+    let keys: Vec<&str> = asked
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys[0], "SHA_TOOL", "{asked}");
+    assert!(
+        !keys.contains(&"NET_HIT") && !keys.contains(&"TOOL_AGENT"),
+        "{asked}"
+    );
+    let contract: Json = serde_json::from_str(results[1]).expect("contract answers JSON");
+    assert_eq!(contract["name"], "SHA_TOOL");
+    assert!(contract["parameters"].is_object(), "{contract}");
+    assert_eq!(
+        results[2],
+        "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+    );
+    assert!(
+        results[3].starts_with("ERR:refused:`NET_HIT`"),
+        "{}",
+        results[3]
+    );
+    assert!(
+        results[4].starts_with("ERR:bad_args:`SHA_TOOL` is not a tool here"),
+        "with meta tools, a row is called through invoke: {}",
+        results[4]
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the refused row never ran");
+    let all = receipts(&f);
+    let keys: Vec<&str> = all.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        ["SHA_TOOL", "TOOL_AGENT"],
+        "one tool call ran, below the agent"
+    );
+    assert_eq!(all[0]["parent"], all[1]["id"]);
+}
+
+/// A target `PROVIDER:model` goes to that provider's endpoint with the model name alone.
+#[tokio::test]
+async fn a_provider_prefix_names_the_endpoint() {
+    let model = Model {
+        plan: Arc::new(Vec::new()),
+        stubborn: false,
+        reply: Some("from the provider".into()),
+        seen: Arc::default(),
+    };
+    let (_f, s, model) = {
+        let (f, s, m, _) = fixture_model(model, AgentLimits::default()).await;
+        (f, s, m)
+    };
+    let req = Request::post("/api/dispatch")
+        .header("content-type", "application/json")
+        .header("x-owner-key", OWNER)
+        .body(Body::from(json!({"key": "PROVIDER_AGENT", "body": "hi"}).to_string()))
+        .unwrap();
+    let res = app(s.clone()).oneshot(req).await.expect("response");
+    assert_eq!(res.status(), StatusCode::OK);
+    let seen = model.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["model"], "test-model", "the prefix is not sent");
 }

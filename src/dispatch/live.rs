@@ -13,7 +13,8 @@ use std::time::SystemTime;
 /// What one build of the site gives the dispatcher; replaced whole on reload.
 pub struct Live {
     pub invoker: Invoker,
-    pub searcher: Searcher,
+    /// Shared with the invoker, for agents' `ask` meta tool.
+    pub searcher: std::sync::Arc<Searcher>,
     pub info: BuildInfo,
     /// Removed keys and what replaced them.
     pub tombstones: HashMap<String, Option<String>>,
@@ -46,9 +47,13 @@ impl Live {
     pub fn load(site: &Path, config: &InvokerConfig) -> anyhow::Result<Live> {
         let before = stamp(&site.join("catalogue.sqlite"));
         let snap = snapshot::open(&site.join("catalogue.sqlite"))?;
-        let searcher = Searcher::open(&site.join("index"))?;
+        let searcher = std::sync::Arc::new(Searcher::open(&site.join("index"))?);
         let rows = RowSet::from_rows(snap.rows.into_iter().filter(|r| r.enabled).collect());
-        let invoker = Invoker::new(rows, config.clone()).map_err(anyhow::Error::msg)?;
+        let config = InvokerConfig {
+            search: Some(searcher.clone()),
+            ..config.clone()
+        };
+        let invoker = Invoker::new(rows, config).map_err(anyhow::Error::msg)?;
         Ok(Live {
             invoker,
             searcher,

@@ -49,6 +49,9 @@ pub struct InvokerConfig {
     pub agent: AgentConfig,
     pub breaker: Option<Breaker>,
     pub env: Environment,
+    /// The build's search index, for an agent's `ask` meta tool; without it an agent that
+    /// needs one indexes its own tools in memory.
+    pub search: Option<Arc<crate::search::Searcher>>,
 }
 
 impl InvokerConfig {
@@ -60,6 +63,7 @@ impl InvokerConfig {
             agent: AgentConfig::from_env()?,
             breaker: Some(breaker),
             env: Environment::Process,
+            search: None,
         })
     }
 }
@@ -69,6 +73,7 @@ struct Inner {
     runners: Vec<Arc<dyn Runner>>,
     breaker: Breaker,
     env: Environment,
+    search: Option<Arc<crate::search::Searcher>>,
 }
 
 /// Runs rows of one `RowSet`. Cheap to clone; share one per process.
@@ -100,6 +105,7 @@ impl Invoker {
                 runners,
                 breaker: config.breaker.unwrap_or_else(Breaker::in_memory),
                 env: config.env,
+                search: config.search,
             }),
         })
     }
@@ -114,6 +120,11 @@ impl Invoker {
 
     pub fn env(&self) -> &Environment {
         &self.inner.env
+    }
+
+    /// The build's search index, when the invoker was given one.
+    pub fn search(&self) -> Option<&crate::search::Searcher> {
+        self.inner.search.as_deref()
     }
 
     /// Invoke `key` at the top level, with no authority over its steps (the local owner).

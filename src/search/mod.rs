@@ -316,6 +316,15 @@ pub struct Searcher {
     fusion: Fusion,
 }
 
+impl std::fmt::Debug for Searcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Searcher")
+            .field("rows", &self.rows.len())
+            .field("vectors", &self.semantic.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 fn add_rows(
     index: &Index,
     fields: &Fields,

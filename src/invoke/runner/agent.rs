@@ -1,9 +1,10 @@
 //! The `agent` runner: one OpenAI-compatible chat-completions call.
 //!
 //! The system prompt is the payloads of the row's `includes` (prompt-block rows) in order, then
-//! the row's own payload, joined with blank lines; the user message is the call's body. A model
-//! id `gw:provider/model` goes to the configured gateway as `provider/model`; any other id goes
-//! to the direct endpoint. Token usage is recorded from the response, and priced when a price
+//! the row's own payload, joined with blank lines; the user message is the call's body. Where
+//! a request goes is named by the target's prefix (`AgentConfig::route`): `gw:provider/model`
+//! goes to the configured gateway as `provider/model`, `PROVIDER:model` to that provider's
+//! endpoint as `model`, any other id to the direct endpoint. Token usage is recorded from the response, and priced when a price
 //! table names the model, so every receipt can say what a call cost.
 
 use super::{Call, Ran, RunFuture, Runner, fetch_reason, read_capped, scrub, truncate_chars};
@@ -42,6 +43,41 @@ impl Price {
     }
 }
 
+/// OpenAI-compatible providers a target may name by prefix without configuration: name,
+/// base URL, the variable holding the key (empty: none). A row's `auth: bearer:ENV` still
+/// names its own key.
+pub const PROVIDERS: &[(&str, &str, &str)] = &[
+    ("openai", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    ("xai", "https://api.x.ai/v1", "XAI_API_KEY"),
+    ("groq", "https://api.groq.com/openai/v1", "GROQ_API_KEY"),
+    ("mistral", "https://api.mistral.ai/v1", "MISTRAL_API_KEY"),
+    (
+        "deepseek",
+        "https://api.deepseek.com/v1",
+        "DEEPSEEK_API_KEY",
+    ),
+    (
+        "openrouter",
+        "https://openrouter.ai/api/v1",
+        "OPENROUTER_API_KEY",
+    ),
+    (
+        "together",
+        "https://api.together.xyz/v1",
+        "TOGETHER_API_KEY",
+    ),
+    ("ollama", "http://127.0.0.1:11434/v1", ""),
+];
+
+/// One entry of `CAPDIR_PROVIDERS`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderSetting {
+    base_url: String,
+    #[serde(default)]
+    key_env: String,
+}
+
 /// How agent rows reach a model.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -49,6 +85,9 @@ pub struct AgentConfig {
     pub direct: Endpoint,
     /// For `gw:provider/model` ids; without one, such rows fail `agent:no_gateway`.
     pub gateway: Option<Endpoint>,
+    /// Provider name → endpoint, for `PROVIDER:model` targets: the well-known
+    /// OpenAI-compatible providers (`PROVIDERS`), changed and added to by `CAPDIR_PROVIDERS`.
+    pub providers: HashMap<String, Endpoint>,
     /// Model id (as in the row's target, or as sent) → price.
     pub prices: HashMap<String, Price>,
     pub connect_timeout: Duration,
@@ -67,6 +106,18 @@ impl Default for AgentConfig {
                 key_env: "OPENAI_API_KEY".into(),
             },
             gateway: None,
+            providers: PROVIDERS
+                .iter()
+                .map(|(name, base_url, key_env)| {
+                    (
+                        name.to_string(),
+                        Endpoint {
+                            base_url: base_url.to_string(),
+                            key_env: key_env.to_string(),
+                        },
+                    )
+                })
+                .collect(),
             prices: HashMap::new(),
             connect_timeout: Duration::from_secs(10),
             timeout: Duration::from_secs(120),
@@ -103,6 +154,37 @@ impl AgentConfig {
                 key_env,
             });
         }
+        if let Some(table) = get("CAPDIR_PROVIDERS") {
+            let set: HashMap<String, ProviderSetting> = serde_json::from_str(&table).map_err(|e| {
+                format!(
+                    "CAPDIR_PROVIDERS is not a provider table ({e}); write {{\"name\": {{\"base_url\": \"https://host/v1\", \"key_env\": \"NAME_API_KEY\"}}}}"
+                )
+            })?;
+            for (name, p) in set {
+                if name == "gw"
+                    || name.is_empty()
+                    || !name
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                {
+                    return Err(format!(
+                        "CAPDIR_PROVIDERS: `{name}` is not a provider name (lower-case letters, digits and `-`; not `gw`)"
+                    ));
+                }
+                let key_env = if p.key_env.is_empty() {
+                    p.key_env
+                } else {
+                    env_name("CAPDIR_PROVIDERS", p.key_env)?
+                };
+                cfg.providers.insert(
+                    name,
+                    Endpoint {
+                        base_url: p.base_url,
+                        key_env,
+                    },
+                );
+            }
+        }
         if let Some(table) = get("CAPDIR_AGENT_PRICES") {
             cfg.prices = serde_json::from_str(&table).map_err(|e| {
                 format!(
@@ -113,20 +195,27 @@ impl AgentConfig {
         Ok(cfg)
     }
 
-    /// The endpoint and the model name to send, for a row's target.
+    /// The endpoint and the model name to send, for a row's target: `gw:provider/model` to
+    /// the gateway, `PROVIDER:model` to a known provider, anything else (`gpt-4o-mini`, or an
+    /// id with a colon no provider claims, like `ft:gpt-4o:org::id`) whole to the direct
+    /// endpoint.
     pub fn route<'t>(&self, target: &'t str) -> Result<(&Endpoint, &'t str), Failure> {
-        match target.strip_prefix("gw:") {
-            Some(model) => {
-                let gw = self.gateway.as_ref().ok_or_else(|| {
-                    Failure::new(
-                        "agent:no_gateway",
-                        format!("{target} goes through a gateway; set CAPDIR_GATEWAY_BASE_URL"),
-                    )
-                })?;
-                Ok((gw, model))
-            }
-            None => Ok((&self.direct, target)),
+        if let Some(model) = target.strip_prefix("gw:") {
+            let gw = self.gateway.as_ref().ok_or_else(|| {
+                Failure::new(
+                    "agent:no_gateway",
+                    format!("{target} goes through a gateway; set CAPDIR_GATEWAY_BASE_URL"),
+                )
+            })?;
+            return Ok((gw, model));
         }
+        if let Some((name, model)) = target.split_once(':')
+            && let Some(endpoint) = self.providers.get(name)
+            && !model.is_empty()
+        {
+            return Ok((endpoint, model));
+        }
+        Ok((&self.direct, target))
     }
 
     fn price(&self, target: &str, sent: &str) -> Option<&Price> {
@@ -194,8 +283,8 @@ pub fn system_prompt(call: &Call<'_>) -> Result<String, Failure> {
         .join("\n\n"))
 }
 
-/// The most tools listed to the model; the rest of its categories are left out.
-pub const MAX_TOOLS: usize = 64;
+/// The names of the meta tools an agent gets when its listing is too large to send.
+pub const META_TOOLS: [&str; 3] = ["ask", "contract", "invoke"];
 
 /// How far one run of an agent with tools may go; hitting a limit ends the run with its named
 /// failure, the usage so far in its receipt.
@@ -211,6 +300,10 @@ pub struct AgentLimits {
     pub cost_usd: f64,
     /// Time for the whole run, tool calls included (`agent:time_limit`).
     pub wall: Duration,
+    /// The most tools listed to the model one by one; past this, or past `tool_bytes` of
+    /// definitions, it gets the meta tools `ask`, `contract` and `invoke` over the same rows.
+    pub tools: usize,
+    pub tool_bytes: usize,
 }
 
 impl Default for AgentLimits {
@@ -221,6 +314,8 @@ impl Default for AgentLimits {
             tokens: 200_000,
             cost_usd: 1.0,
             wall: Duration::from_secs(300),
+            tools: 64,
+            tool_bytes: 64 * 1024,
         }
     }
 }
@@ -275,8 +370,89 @@ pub fn tools_of<'a>(call: &Call<'a>) -> Vec<&'a Row> {
             &b.key,
         ))
     });
-    tools.truncate(MAX_TOOLS);
     tools
+}
+
+/// What the model is offered: each tool, or (for a listing over the limits) the meta tools.
+fn listing(tools: &[&Row], limits: &AgentLimits) -> (Vec<Json>, bool) {
+    let each: Vec<Json> = tools.iter().map(|r| tool_definition(r)).collect();
+    let bytes: usize = each.iter().map(|d| d.to_string().len()).sum();
+    if each.len() <= limits.tools && bytes <= limits.tool_bytes {
+        return (each, false);
+    }
+    let function = |name: &str, description: String, properties: Json, required: &[&str]| {
+        json!({"type": "function", "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        }})
+    };
+    let n = tools.len();
+    let meta = vec![
+        function(
+            "ask",
+            format!(
+                "Find tools for a task among your {n} tools: plain words in, the best keys with what each does out (best first)."
+            ),
+            json!({"query": {"type": "string", "description": "the task in plain words"}}),
+            &["query"],
+        ),
+        function(
+            "contract",
+            "A tool's description and its arguments' JSON Schema, by key: read it before invoking."
+                .into(),
+            json!({"key": {"type": "string"}}),
+            &["key"],
+        ),
+        function(
+            "invoke",
+            "Run a tool by key; `arguments` is the object its contract describes.".into(),
+            json!({"key": {"type": "string"}, "arguments": {"type": "object"}}),
+            &["key", "arguments"],
+        ),
+    ];
+    (meta, true)
+}
+
+/// How many candidates a meta `ask` answers with.
+const ASK_ANSWERS: usize = 8;
+
+/// A meta `ask`: the agent's tools that best match `query`, by the build's search index when
+/// the invoker has one (its answers outside the agent's tools left out), else by an index of
+/// the tools built for this run.
+fn meta_ask(
+    call: &Call<'_>,
+    tools: &[&Row],
+    query: &str,
+    own: &mut Option<crate::search::Searcher>,
+) -> String {
+    let allowed: std::collections::HashSet<&str> = tools.iter().map(|r| r.key.as_str()).collect();
+    let hits = match call.invoker.search() {
+        Some(s) => s.ask(query, 200),
+        None => {
+            if own.is_none() {
+                let rows: Vec<Row> = tools.iter().map(|r| (*r).clone()).collect();
+                match crate::search::Searcher::in_memory(&rows) {
+                    Ok(s) => *own = Some(s),
+                    Err(e) => return format!("ERR:ask:{e:#}"),
+                }
+            }
+            own.as_ref()
+                .map_or(Ok(Vec::new()), |s| s.ask(query, ASK_ANSWERS))
+        }
+    };
+    match hits {
+        Err(e) => format!("ERR:ask:{e:#}"),
+        Ok(hits) => {
+            let found: Vec<Json> = hits
+                .into_iter()
+                .filter(|h| allowed.contains(h.key.as_str()))
+                .take(ASK_ANSWERS)
+                .map(|h| json!({"key": h.key, "what": h.what}))
+                .collect();
+            Json::Array(found).to_string()
+        }
+    }
 }
 
 /// A row as an OpenAI-style function tool, described as the MCP full projection describes it.
@@ -336,7 +512,79 @@ async fn route_reply(
     crate::row::route::replace(reply, &found, &outputs)
 }
 
+/// A call of one of the meta tools, its arguments read.
+enum Meta {
+    Ask(String),
+    Contract(String),
+    /// The key and its arguments as JSON text.
+    Invoke(String, String),
+}
+
+fn meta_call(name: &str, arguments: &str) -> Result<Meta, String> {
+    let parsed: Json = serde_json::from_str(if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    })
+    .map_err(|e| format!("arguments are not JSON: {e}"))?;
+    let text = |field: &str| {
+        parsed[field]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("`{name}` takes a string `{field}`"))
+    };
+    match name {
+        "ask" => Ok(Meta::Ask(text("query")?)),
+        "contract" => Ok(Meta::Contract(text("key")?)),
+        "invoke" => {
+            let args = match &parsed["arguments"] {
+                Json::Null => "{}".to_string(),
+                a @ Json::Object(_) => a.to_string(),
+                _ => return Err("`invoke` takes an object `arguments`".into()),
+            };
+            Ok(Meta::Invoke(text("key")?, args))
+        }
+        other => Err(format!(
+            "`{other}` is not a tool here: use ask, contract or invoke"
+        )),
+    }
+}
+
+/// What the model is told of a key that is not one of its tools; it never runs.
+fn not_a_tool(call: &Call<'_>, key: &str) -> String {
+    format!(
+        "ERR:refused:`{key}` is not one of this agent's tools (its categories: {})",
+        call.callable.row.allowed_categories.join(", ")
+    )
+}
+
 impl AgentRunner {
+    /// One tool call of the model: `name` run as a nested call under the caller's authority
+    /// when it is one of `tools`; its output, or why it did not run, as text for the model.
+    async fn tool_call(
+        &self,
+        call: &Call<'_>,
+        context: &crate::invoke::authority::CallContext,
+        tools: &[&Row],
+        name: &str,
+        arguments: &str,
+        usage: &mut Usage,
+    ) -> String {
+        let Some(row) = tools.iter().find(|r| r.key == name) else {
+            return not_a_tool(call, name);
+        };
+        match tool_input(row, arguments) {
+            Err(why) => format!("ERR:bad_args:{why}"),
+            Ok(input) => {
+                let o = super::run_nested(call.invoker, context, name, input, arguments).await;
+                if let Some(u) = &o.usage {
+                    usage.add(u);
+                }
+                o.output
+            }
+        }
+    }
+
     /// One chat completion: the assistant message and the usage.
     async fn complete(
         &self,
@@ -446,7 +694,9 @@ impl AgentRunner {
         } else {
             tools_of(&call)
         };
-        let definitions: Vec<Json> = tools.iter().map(|r| tool_definition(r)).collect();
+        let limits = self.config.limits;
+        let (definitions, meta) = listing(&tools, &limits);
+        let mut own_index = None;
         let mut context = call.context.clone();
         context.stack.push(call.callable.row.key.clone());
         if context.stack.len() > super::flow::MAX_DEPTH {
@@ -455,7 +705,6 @@ impl AgentRunner {
                 format!("calls nest more than {} deep", super::flow::MAX_DEPTH),
             ));
         }
-        let limits = self.config.limits;
         let started = std::time::Instant::now();
         let mut usage = Usage::default();
         let mut made = 0usize;
@@ -517,23 +766,22 @@ impl AgentRunner {
                 let id = tc["id"].as_str().unwrap_or_default().to_string();
                 let name = tc["function"]["name"].as_str().unwrap_or_default();
                 let arguments = tc["function"]["arguments"].as_str().unwrap_or_default();
-                let output = match tools.iter().find(|r| r.key == name) {
-                    None => format!(
-                        "ERR:refused:`{name}` is not one of this agent's tools (its categories: {})",
-                        call.callable.row.allowed_categories.join(", ")
-                    ),
-                    Some(row) => match tool_input(row, arguments) {
+                let output = if meta {
+                    match meta_call(name, arguments) {
                         Err(why) => format!("ERR:bad_args:{why}"),
-                        Ok(input) => {
-                            let o =
-                                super::run_nested(call.invoker, &context, name, input, arguments)
-                                    .await;
-                            if let Some(u) = &o.usage {
-                                usage.add(u);
-                            }
-                            o.output
+                        Ok(Meta::Ask(query)) => meta_ask(&call, &tools, &query, &mut own_index),
+                        Ok(Meta::Contract(key)) => match tools.iter().find(|r| r.key == key) {
+                            Some(row) => tool_definition(row)["function"].to_string(),
+                            None => not_a_tool(&call, &key),
+                        },
+                        Ok(Meta::Invoke(key, arguments)) => {
+                            self.tool_call(&call, &context, &tools, &key, &arguments, &mut usage)
+                                .await
                         }
-                    },
+                    }
+                } else {
+                    self.tool_call(&call, &context, &tools, name, arguments, &mut usage)
+                        .await
                 };
                 // What a tool answers goes back to the model as text; it is never run.
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
@@ -552,6 +800,48 @@ impl AgentRunner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provider_prefixes_name_endpoints() {
+        let vars: HashMap<&str, &str> = [(
+            "CAPDIR_PROVIDERS",
+            r#"{"local": {"base_url": "http://127.0.0.1:9/v1", "key_env": "LOCAL_KEY"}, "xai": {"base_url": "http://127.0.0.1:10/v1"}}"#,
+        )]
+        .into();
+        let cfg = AgentConfig::from_lookup(&|n| vars.get(n).map(|v| v.to_string())).unwrap();
+        let (ep, model) = cfg.route("local:tiny-1").unwrap();
+        assert_eq!(
+            (ep.base_url.as_str(), ep.key_env.as_str(), model),
+            ("http://127.0.0.1:9/v1", "LOCAL_KEY", "tiny-1")
+        );
+        // A configured provider replaces the built-in one of its name.
+        let (ep, model) = cfg.route("xai:grok-4").unwrap();
+        assert_eq!(
+            (ep.base_url.as_str(), ep.key_env.as_str(), model),
+            ("http://127.0.0.1:10/v1", "", "grok-4")
+        );
+        let (ep, model) = cfg.route("groq:llama-3.3-70b").unwrap();
+        assert_eq!(
+            (ep.key_env.as_str(), model),
+            ("GROQ_API_KEY", "llama-3.3-70b")
+        );
+        // No provider claims `ft`: the whole id goes to the direct endpoint.
+        let (ep, model) = cfg.route("ft:gpt-4o:org::abc").unwrap();
+        assert_eq!((ep, model), (&cfg.direct, "ft:gpt-4o:org::abc"));
+        assert_eq!(cfg.route("gpt-4o-mini").unwrap().1, "gpt-4o-mini");
+        for bad in [
+            r#"{"gw": {"base_url": "x"}}"#,
+            r#"{"Bad Name": {"base_url": "x"}}"#,
+            r#"{"p": {"base_url": "x", "key_env": "lower"}}"#,
+            r#"{"p": {"url": "x"}}"#,
+        ] {
+            let vars: HashMap<&str, &str> = [("CAPDIR_PROVIDERS", bad)].into();
+            assert!(
+                AgentConfig::from_lookup(&|n| vars.get(n).map(|v| v.to_string())).is_err(),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn config_from_variables() {
