@@ -224,8 +224,9 @@ mod tests {
             any::<bool>().prop_map(Json::Bool),
             any::<i64>().prop_map(Json::from),
             (-1e6f64..1e6).prop_map(|f| json!(f)),
-            ".{0,12}".prop_map(Json::String),
-            "[a-z:#, \\-\\[\\]{}'\"|>]{0,8}".prop_map(Json::String),
+            // `(?s)`: `.` takes line breaks too, which YAML would fold if left unescaped.
+            "(?s).{0,12}".prop_map(Json::String),
+            "[a-z:#, \\-\\[\\]{}'\"|>\n\r\t\u{85}\u{2028}\u{feff}]{0,8}".prop_map(Json::String),
         ];
         leaf.prop_recursive(4, 32, 6, |inner| {
             prop_oneof![
