@@ -268,6 +268,54 @@ fn a_newer_github_document_changes_only_what_changed() {
 }
 
 #[test]
+fn importing_beside_hand_written_rows_names_the_asks_it_outranks() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("catalogue");
+    std::fs::create_dir(&out).expect("mkdir");
+    let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
+    for f in std::fs::read_dir(&bundled).expect("catalogue") {
+        let f = f.expect("entry").path();
+        std::fs::copy(&f, out.join(f.file_name().unwrap())).expect("copy");
+    }
+    // A problem that was there before the import is not the import's.
+    let broken = "key: ALREADY_BROKEN\ntype: fn\ntarget: echo\ncategory: Not A Category\ncontent: |\n  # WHAT: Echo.\n  [\"$1\"]\n";
+    std::fs::write(out.join("ALREADY_BROKEN.yaml"), broken).expect("write");
+    let doc = github();
+    let mut args = vec![
+        "import",
+        "openapi",
+        doc.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(github_flags());
+    let (stdout, stderr, code) = capdir(&args, &[]);
+    assert_eq!(
+        code, 1,
+        "the import ran, and the catalogue now fails the gate: {stdout}"
+    );
+    assert!(
+        stdout.contains("fails the gate where it passed before"),
+        "{stdout}"
+    );
+    let blamed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("catalogue: "))
+        .collect();
+    assert!(!blamed.is_empty());
+    assert!(
+        blamed.iter().all(|l| l.contains(": ask_not_found: ")),
+        "{blamed:?}"
+    );
+    assert!(blamed.iter().any(|l| l.contains("UUID.yaml")), "{blamed:?}");
+    assert!(!stderr.contains("ALREADY_BROKEN"), "{stderr}");
+    assert!(
+        out.join("GITHUB_ISSUES_CREATE.yaml").exists(),
+        "the rows were written"
+    );
+}
+
+#[test]
 fn swagger2_petstore_round_trip_json_and_yaml_alike() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));

@@ -114,7 +114,8 @@ fn openapi(a: OpenApi) -> anyhow::Result<ExitCode> {
         eprint!("{}", per_operation(&plan.report));
         print!("{}", summary(&plan.report, &a.out, a.dry_run));
     }
-    Ok(ExitCode::SUCCESS)
+    // The rows were written (they pass the gate); the catalogue around them now does not.
+    Ok(super::exit(plan.report.catalogue_problems.is_empty()))
 }
 
 async fn fetch(url: &str) -> anyhow::Result<String> {
@@ -266,7 +267,8 @@ fn summary(r: &Report, out: &Path, dry_run: bool) -> String {
     }
     if !r.catalogue_problems.is_empty() {
         s.push_str(&format!(
-            "the catalogue has {} problem(s) in rows this import does not write (see stderr)\n",
+            "with these rows the catalogue fails the gate where it passed before: {} problem(s), on stderr; \
+             rephrase those asks, or import elsewhere (--out) or fewer operations (--only)\n",
             r.catalogue_problems.len()
         ));
     }
