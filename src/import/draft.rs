@@ -11,22 +11,18 @@
 //! - What cannot be sent at all when the operation requires it (a required header, a form or
 //!   multipart body) means the operation is not imported; it is reported with the reason.
 
+use crate::import::arguments::{body_arg, param_arg, piece};
 use crate::import::auth::Schemes;
-use crate::import::document::{Document, Version};
-use crate::import::operation::{Body, In, Operation, Param};
+use crate::import::document::Document;
+use crate::import::operation::{In, Operation};
 use crate::import::schema::{self, Refs, SchemaReader};
-use crate::import::{Note, Options, text, yaml};
+use crate::import::{Note, Options, docstring, server, text, yaml};
 use crate::row::args::ArgSchema;
 use crate::row::target::HttpTarget;
 use crate::row::template::COMPONENT;
 use serde_json::{Map, Value as Json, json};
 
-/// Docstring budgets, in characters: a contract stays a few KB, and a planner reads these
-/// lines in every candidate it weighs.
-pub const WHAT_CHARS: usize = 160;
-pub const WHEN_CHARS: usize = 480;
-pub const ARGS_CHARS: usize = 400;
-pub const OUTPUT_CHARS: usize = 240;
+/// Characters of an argument's description.
 pub const ARG_DESCRIPTION_CHARS: usize = 200;
 /// An `input_schema` larger than this (compact JSON) loses nested descriptions, then depth.
 pub const SCHEMA_BYTES: usize = 24 * 1024;
@@ -64,15 +60,15 @@ pub struct Context<'d> {
 }
 
 /// An argument: a parameter or the body.
-struct Arg {
-    name: String,
-    schema: Json,
-    examples: Vec<Json>,
+pub(super) struct Arg {
+    pub name: String,
+    pub schema: Json,
+    pub examples: Vec<Json>,
     /// The body: sent as the payload, its JSON given whole.
-    body: bool,
+    pub body: bool,
 }
 
-fn note(kind: &'static str, message: impl Into<String>) -> Note {
+pub(super) fn note(kind: &'static str, message: impl Into<String>) -> Note {
     Note {
         kind,
         message: message.into(),
@@ -217,7 +213,10 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
         return Err(skip);
     }
 
-    let base = match op.servers.and_then(|s| server_url(cx, s).ok()) {
+    let base = match op
+        .servers
+        .and_then(|s| server::of_servers(s, &cx.doc.origin).ok())
+    {
         Some(b) => b,
         None => cx.base.clone().map_err(|e| vec![note("no_server", e)])?,
     };
@@ -236,7 +235,7 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
 
     let input_schema = input_schema(&args, &mut notes);
     let examples = examples(&args, &input_schema, &mut notes);
-    let doc = docstring(cx, op, &args, examples.first());
+    let doc = docstring::lines(&cx.title, op, &args, examples.first());
     let category = match &cx.options.category {
         Some(c) => c.clone(),
         None => op
@@ -272,24 +271,6 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
     })
 }
 
-/// `schema` with `description` set, placed after `type` where a reader looks first.
-fn described(schema: Json, description: &str) -> Json {
-    let Json::Object(m) = schema else {
-        return schema;
-    };
-    let mut out = Map::new();
-    if let Some(t) = m.get("type") {
-        out.insert("type".into(), t.clone());
-    }
-    out.insert("description".into(), json!(description));
-    for (k, v) in m {
-        if k != "type" && k != "description" {
-            out.insert(k, v);
-        }
-    }
-    Json::Object(out)
-}
-
 /// `{name}` placeholders of a path template, in order, each once.
 pub fn path_params(path: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -318,500 +299,6 @@ pub fn slug(s: &str) -> String {
         }
     }
     out.trim_matches('-').to_string()
-}
-
-/// An argument from a parameter: its schema (the parameter's description on top), and the
-/// document's examples of it. Lists are sent as one comma-separated value; objects cannot
-/// be sent in one slot.
-fn param_arg(
-    cx: &Context<'_>,
-    reader: &mut SchemaReader<'_>,
-    p: &Param<'_>,
-    notes: &mut Vec<Note>,
-    skip: &mut Vec<Note>,
-) -> Option<Arg> {
-    let raw = match cx.doc.version {
-        Version::Swagger2 => Json::Object(
-            p.def
-                .iter()
-                .filter(|(k, _)| {
-                    !matches!(
-                        k.as_str(),
-                        "name" | "in" | "required" | "description" | "allowEmptyValue"
-                    )
-                })
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        _ => match (
-            p.def.get("schema"),
-            p.def.get("content").and_then(Json::as_object),
-        ) {
-            (Some(s), _) => s.clone(),
-            (None, Some(content)) => content
-                .values()
-                .next()
-                .and_then(|m| m.get("schema"))
-                .cloned()
-                .unwrap_or_else(|| json!({})),
-            (None, None) => json!({}),
-        },
-    };
-    let mut schema = reader.read(&raw);
-    match schema::json_type(&schema) {
-        Some("array") => {
-            let explode = p.def.get("explode").and_then(Json::as_bool);
-            let style = p.def.get("style").and_then(Json::as_str).unwrap_or("form");
-            let repeated = match cx.doc.version {
-                Version::Swagger2 => {
-                    p.def.get("collectionFormat").and_then(Json::as_str) == Some("multi")
-                }
-                _ => p.location == In::Query && explode != Some(false) && style == "form",
-            };
-            if repeated {
-                notes.push(note(
-                    "list_parameter",
-                    format!(
-                        "list parameter `{}` is sent as one comma-separated value, not repeated",
-                        p.name
-                    ),
-                ));
-            }
-            let values: Vec<String> = schema
-                .pointer("/items/enum")
-                .and_then(Json::as_array)
-                .map(|e| e.iter().filter_map(piece).collect())
-                .unwrap_or_default();
-            let what = if values.is_empty() {
-                "comma-separated values".to_string()
-            } else {
-                format!("comma-separated values of: {}", values.join(", "))
-            };
-            schema = json!({"type": "string", "description": what});
-        }
-        Some("object") => {
-            let n = note(
-                "object_parameter",
-                format!(
-                    "{} parameter `{}` is an object, which one slot cannot carry",
-                    p.location.name(),
-                    p.name
-                ),
-            );
-            if p.required {
-                skip.push(n);
-            } else {
-                notes.push(n);
-            }
-            return None;
-        }
-        _ => {}
-    }
-    let description = text::plain(
-        p.def
-            .get("description")
-            .and_then(Json::as_str)
-            .unwrap_or(""),
-    );
-    let previous = schema
-        .get("description")
-        .and_then(Json::as_str)
-        .unwrap_or("")
-        .to_string();
-    let joined = match (description.is_empty(), previous.is_empty()) {
-        (true, _) => previous,
-        (false, true) => description,
-        (false, false) if previous == description => description,
-        (false, false) => format!("{description} ({previous})"),
-    };
-    if !joined.is_empty() {
-        schema = described(schema, &text::cut(&joined, ARG_DESCRIPTION_CHARS));
-    }
-    if p.def.get("deprecated") == Some(&Json::Bool(true))
-        && let Json::Object(m) = &mut schema
-    {
-        m.insert("deprecated".into(), json!(true));
-    }
-    let mut examples = Vec::new();
-    examples.extend(p.def.get("example").cloned());
-    examples.extend(p.def.get("x-example").cloned());
-    examples.extend(named_examples(cx, p.def.get("examples")));
-    examples.extend(raw.get("example").cloned());
-    if let Some(Json::Array(list)) = raw.get("examples") {
-        examples.extend(list.iter().cloned());
-    }
-    let examples = examples
-        .into_iter()
-        .map(|e| match e {
-            Json::Array(items) => Json::String(
-                items
-                    .iter()
-                    .map(piece)
-                    .collect::<Option<Vec<_>>>()
-                    .map(|v| v.join(","))
-                    .unwrap_or_default(),
-            ),
-            other => other,
-        })
-        .collect();
-    Some(Arg {
-        name: p.name.clone(),
-        schema,
-        examples,
-        body: false,
-    })
-}
-
-/// OpenAPI 3 `examples`: a mapping of names to `{value}` (or references to them).
-fn named_examples(cx: &Context<'_>, examples: Option<&Json>) -> Vec<Json> {
-    let Some(Json::Object(named)) = examples else {
-        return Vec::new();
-    };
-    named
-        .values()
-        .filter_map(|e| cx.refs.follow(e).ok())
-        .filter_map(|e| e.get("value").cloned())
-        .collect()
-}
-
-fn is_json_media(media: &str) -> bool {
-    let m = media
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    m == "application/json" || m.ends_with("+json") || m.ends_with("/json") || m == "*/*"
-}
-
-/// The body as one argument: its JSON schema and examples, or a note (and, when the body is
-/// required, a reason not to import) when it is not JSON or text.
-fn body_arg(
-    cx: &Context<'_>,
-    reader: &mut SchemaReader<'_>,
-    body: &Body<'_>,
-    args: &[Arg],
-    notes: &mut Vec<Note>,
-    skip: &mut Vec<Note>,
-) -> Option<Arg> {
-    let unsupported =
-        |required: bool, what: String, notes: &mut Vec<Note>, skip: &mut Vec<Note>| {
-            let kind = if what.contains("multipart") {
-                "multipart_body"
-            } else {
-                "body_media"
-            };
-            if required {
-                skip.push(note(kind, format!("required request body {what}")));
-            } else {
-                notes.push(note(
-                    kind,
-                    format!("optional request body {what}; the row sends none"),
-                ));
-            }
-            None
-        };
-    let (required, description, raw_schema, examples, text_body) = match body {
-        Body::Content {
-            required,
-            description,
-            content,
-        } => {
-            let json_media = content
-                .keys()
-                .find(|m| m.eq_ignore_ascii_case("application/json"))
-                .or_else(|| content.keys().find(|m| is_json_media(m)));
-            let (media, text_body) = match json_media {
-                Some(m) => (m, false),
-                None => match content.keys().find(|m| m.starts_with("text/plain")) {
-                    Some(m) => (m, true),
-                    None => {
-                        let kinds: Vec<&str> = content.keys().map(String::as_str).collect();
-                        return unsupported(
-                            *required,
-                            format!(
-                                "as {} cannot be sent: rows send JSON or text bodies",
-                                if kinds.is_empty() {
-                                    "nothing".to_string()
-                                } else {
-                                    kinds.join(", ")
-                                }
-                            ),
-                            notes,
-                            skip,
-                        );
-                    }
-                },
-            };
-            let m = &content[media.as_str()];
-            let mut examples: Vec<Json> = m.get("example").cloned().into_iter().collect();
-            examples.extend(named_examples(cx, m.get("examples")));
-            (
-                *required,
-                description.clone(),
-                m.get("schema").cloned().unwrap_or_else(|| json!({})),
-                examples,
-                text_body,
-            )
-        }
-        Body::Schema {
-            required,
-            description,
-            param,
-            consumes,
-        } => {
-            if !consumes.is_empty() && !consumes.iter().any(|c| is_json_media(c)) {
-                return unsupported(
-                    *required,
-                    format!(
-                        "as {} cannot be sent: rows send JSON bodies",
-                        consumes.join(", ")
-                    ),
-                    notes,
-                    skip,
-                );
-            }
-            let mut examples: Vec<Json> = Vec::new();
-            if let Some(Json::Object(x)) = param.get("x-examples") {
-                examples.extend(x.values().cloned());
-            }
-            (
-                *required,
-                description.clone(),
-                param.get("schema").cloned().unwrap_or_else(|| json!({})),
-                examples,
-                false,
-            )
-        }
-        Body::Form {
-            required,
-            multipart,
-            fields,
-        } => {
-            return unsupported(
-                *required,
-                format!(
-                    "as {} fields ({}) cannot be sent: rows send JSON or text bodies",
-                    if *multipart {
-                        "multipart form"
-                    } else {
-                        "URL-encoded form"
-                    },
-                    fields.join(", ")
-                ),
-                notes,
-                skip,
-            );
-        }
-    };
-    let mut schema = reader.read(&raw_schema);
-    let mut examples = examples;
-    if let Some(e) = raw_schema.get("example").cloned() {
-        examples.push(e);
-    }
-    if text_body {
-        schema = json!({"type": "string"});
-    } else {
-        match schema::json_type(&schema) {
-            Some("object") | Some("array") => {}
-            None => {
-                // A schema that names no type (a bare `oneOf`, or any value): the row sends
-                // a JSON object, which coercion needs to know to parse the argument.
-                if let Json::Object(m) = &mut schema {
-                    m.insert("type".into(), json!("object"));
-                }
-            }
-            Some(other) => {
-                return unsupported(
-                    required,
-                    format!("is a JSON {other}, which the row cannot encode from an argument"),
-                    notes,
-                    skip,
-                );
-            }
-        }
-        if let Json::Object(m) = &mut schema
-            && m.get("type").and_then(Json::as_str).is_none()
-            && let Some(t) = schema::json_type(&Json::Object(m.clone())).map(str::to_string)
-        {
-            m.insert("type".into(), json!(t));
-        }
-    }
-    let fields = body_fields(&schema);
-    let mut d = if text_body {
-        "The request body, as text".to_string()
-    } else {
-        format!("The request body as JSON{fields}")
-    };
-    let description = text::plain(&description);
-    if !description.is_empty() {
-        d = format!("{d}. {description}");
-    }
-    if !required {
-        d.push_str(if text_body {
-            ". Optional: send an empty text for none"
-        } else {
-            ". Optional: send {} for none"
-        });
-    }
-    let schema = described(schema, &text::cut(&d, ARG_DESCRIPTION_CHARS));
-    let taken = |n: &str| args.iter().any(|a| a.name == n);
-    let name = ["body", "request_body", "request_body_json"]
-        .into_iter()
-        .find(|n| !taken(n))
-        .unwrap_or("request_body_json");
-    Some(Arg {
-        name: name.to_string(),
-        schema,
-        examples,
-        body: true,
-    })
-}
-
-/// `: title (required), body, labels` for an object schema with properties.
-fn body_fields(schema: &Json) -> String {
-    let Some(props) = schema.get("properties").and_then(Json::as_object) else {
-        return String::new();
-    };
-    if props.is_empty() {
-        return String::new();
-    }
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Json::as_array)
-        .map(|r| r.iter().filter_map(Json::as_str).collect())
-        .unwrap_or_default();
-    let fields: Vec<String> = props
-        .keys()
-        .map(|k| {
-            if required.contains(&k.as_str()) {
-                format!("{k} (required)")
-            } else {
-                k.clone()
-            }
-        })
-        .collect();
-    format!(": {}", fields.join(", "))
-}
-
-/// The server URL a `servers` list names: its first entry, variables at their defaults,
-/// relative to where the document came from when it is relative.
-fn server_url(cx: &Context<'_>, servers: &Json) -> Result<String, String> {
-    let first = servers
-        .as_array()
-        .and_then(|s| s.first())
-        .ok_or("the document lists no servers")?;
-    let mut url = first
-        .get("url")
-        .and_then(Json::as_str)
-        .ok_or("the first server has no `url`")?
-        .to_string();
-    for name in path_params(&url) {
-        let default = first
-            .pointer(&format!(
-                "/variables/{}/default",
-                crate::import::document::escape_pointer(&name)
-            ))
-            .and_then(Json::as_str)
-            .ok_or_else(|| format!("server variable `{name}` has no default"))?;
-        url = url.replace(&format!("{{{name}}}"), default);
-    }
-    absolute(&url, &cx.doc.origin)
-}
-
-/// `url` made absolute against the document's origin when that is a URL.
-fn absolute(url: &str, origin: &str) -> Result<String, String> {
-    if url.starts_with("http://") || url.starts_with("https://") {
-        return Ok(url.trim_end_matches('/').to_string());
-    }
-    let base = reqwest::Url::parse(origin)
-        .ok()
-        .filter(|u| u.scheme().starts_with("http"));
-    match base.and_then(|b| b.join(url).ok()) {
-        Some(u) => Ok(u.as_str().trim_end_matches('/').to_string()),
-        None => Err(format!(
-            "the server URL `{url}` is relative and the document was not fetched from a URL; pass --server https://…"
-        )),
-    }
-}
-
-/// The base URL of the whole document (every operation without servers of its own uses it).
-pub fn document_base(doc: &Document, server: Option<&str>) -> Result<String, String> {
-    if let Some(s) = server {
-        return absolute(s, &doc.origin);
-    }
-    match doc.version {
-        Version::Swagger2 => {
-            let origin = reqwest::Url::parse(&doc.origin).ok();
-            let host = doc
-                .root
-                .get("host")
-                .and_then(Json::as_str)
-                .map(str::to_string)
-                .or_else(|| {
-                    origin
-                        .as_ref()
-                        .filter(|o| o.scheme().starts_with("http"))
-                        .and_then(|o| o.host_str().map(|h| match o.port() {
-                            Some(p) => format!("{h}:{p}"),
-                            None => h.to_string(),
-                        }))
-                })
-                .ok_or("the document names no `host` and was not fetched from a URL; pass --server https://…")?;
-            let schemes: Vec<&str> = doc
-                .root
-                .get("schemes")
-                .and_then(Json::as_array)
-                .map(|s| s.iter().filter_map(Json::as_str).collect())
-                .unwrap_or_default();
-            let scheme = if schemes.contains(&"https") {
-                "https"
-            } else if schemes.contains(&"http") {
-                "http"
-            } else {
-                origin
-                    .as_ref()
-                    .map(|o| o.scheme())
-                    .filter(|s| *s == "http")
-                    .unwrap_or("https")
-            };
-            let base_path = doc
-                .root
-                .get("basePath")
-                .and_then(Json::as_str)
-                .unwrap_or("");
-            Ok(format!(
-                "{scheme}://{host}{}",
-                base_path.trim_end_matches('/')
-            ))
-        }
-        _ => {
-            let servers = doc
-                .root
-                .get("servers")
-                .filter(|s| s.as_array().is_some_and(|a| !a.is_empty()));
-            let cx_servers = servers.cloned().unwrap_or_else(|| json!([{"url": "/"}]));
-            let first = &cx_servers[0];
-            let mut url = first
-                .get("url")
-                .and_then(Json::as_str)
-                .unwrap_or("/")
-                .to_string();
-            for name in path_params(&url) {
-                let default = first
-                    .pointer(&format!(
-                        "/variables/{}/default",
-                        crate::import::document::escape_pointer(&name)
-                    ))
-                    .and_then(Json::as_str)
-                    .ok_or_else(|| {
-                        format!("server variable `{name}` has no default; pass --server https://…")
-                    })?;
-                url = url.replace(&format!("{{{name}}}"), default);
-            }
-            absolute(&url, &doc.origin)
-        }
-    }
 }
 
 /// The target: base URL, path with `$N` for its parameters, required query parameters.
@@ -927,15 +414,6 @@ fn input_schema(args: &[Arg], notes: &mut Vec<Note>) -> Json {
     s
 }
 
-/// A JSON value as one argument piece: text as it is, anything else as JSON.
-fn piece(v: &Json) -> Option<String> {
-    match v {
-        Json::Null => None,
-        Json::String(s) => Some(s.clone()),
-        other => serde_json::to_string(other).ok(),
-    }
-}
-
 /// Argument strings from the document's examples, when it has one for every argument; each
 /// checked against `input_schema`.
 fn examples(args: &[Arg], schema: &Json, notes: &mut Vec<Note>) -> Vec<String> {
@@ -991,107 +469,6 @@ fn examples(args: &[Arg], schema: &Json, notes: &mut Vec<Note>) -> Vec<String> {
         ));
     }
     out
-}
-
-/// The `#` lines: WHAT, WHEN_TO_USE, ARGS, EX, OUTPUT, each cut to its budget.
-fn docstring(
-    cx: &Context<'_>,
-    op: &Operation<'_>,
-    args: &[Arg],
-    example: Option<&String>,
-) -> Vec<String> {
-    let summary = text::plain(&op.summary);
-    let description = text::plain(&op.description);
-    let what = if !summary.is_empty() {
-        summary.clone()
-    } else if !description.is_empty() {
-        text::first_sentence(&description).to_string()
-    } else {
-        op.label()
-    };
-    let what = text::cut(&what, WHAT_CHARS);
-    let mut when = if description.is_empty() || description == what {
-        let mut lowered = what.clone();
-        if let Some(first) = lowered.get(..1) {
-            let first = first.to_ascii_lowercase();
-            lowered.replace_range(..1, &first);
-        }
-        format!(
-            "To {} through the {} API ({}).",
-            lowered.trim_end_matches('.'),
-            cx.title,
-            op.label()
-        )
-    } else {
-        description
-    };
-    if op.deprecated {
-        when = format!("Deprecated by the API. {when}");
-    }
-    let when = text::cut(&when, WHEN_CHARS);
-    let args_line = if args.is_empty() {
-        "none".to_string()
-    } else {
-        args.iter()
-            .enumerate()
-            .map(|(i, a)| {
-                if a.body && schema::json_type(&a.schema) == Some("string") {
-                    format!("${}+={} (text)", i + 1, a.name)
-                } else if a.body {
-                    let fields = body_fields(&a.schema);
-                    format!("${}+={} (JSON{fields})", i + 1, a.name)
-                } else {
-                    format!("${}={}", i + 1, a.name)
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let args_line = text::cut(&args_line, ARGS_CHARS);
-    let ex = match example {
-        Some(e) => e.clone(),
-        None if args.is_empty() => "(no arguments)".to_string(),
-        None => "(none in the document)".to_string(),
-    };
-    let output = match &op.success {
-        Some((code, response)) => {
-            let media: Vec<&str> = response
-                .get("content")
-                .and_then(Json::as_object)
-                .map(|c| c.keys().map(String::as_str).collect())
-                .unwrap_or_default();
-            let described = text::plain(
-                response
-                    .get("description")
-                    .and_then(Json::as_str)
-                    .unwrap_or(""),
-            );
-            let status = if code == "default" {
-                "HTTP 2xx".to_string()
-            } else {
-                format!("HTTP {code}")
-            };
-            let with = match media.first() {
-                Some(m) => format!(" with {m}"),
-                None if response.get("schema").is_some() => " with JSON".to_string(),
-                None => String::new(),
-            };
-            if described.is_empty() {
-                format!("{status}{with}")
-            } else {
-                format!("{status}{with}: {described}")
-            }
-        }
-        None => "The API's answer; the document describes no success response.".to_string(),
-    };
-    let output = text::cut(&output, OUTPUT_CHARS);
-    vec![
-        format!("# WHAT: {what}"),
-        format!("# WHEN_TO_USE: {when}"),
-        format!("# ARGS: {args_line}"),
-        format!("# EX: {ex}"),
-        format!("# OUTPUT: {output}"),
-    ]
 }
 
 impl Draft {

@@ -3,8 +3,11 @@
 //! valid (`^[A-Z][A-Z0-9_]{1,63}$`) and unique without depending on the order operations
 //! come in, so a re-import gives every operation the key it had.
 
+use crate::import::Note;
+use crate::import::draft::Draft;
 use crate::row::is_valid_key;
 use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Words of an identifier: split at anything not a letter or digit and where case changes
 /// (`getHTTPResponse2` → get, HTTP, Response2).
@@ -88,6 +91,67 @@ pub fn name_words(operation_id: Option<&str>, method: &str, path: &str) -> Vec<S
     let mut w = vec![method.to_ascii_uppercase()];
     w.extend(words(path));
     w
+}
+
+/// Unique keys for the drafts, independent of the order operations come in: of several
+/// operations with the same key, the first by path and method keeps it and the others get a
+/// tag of theirs; a key a row not from this document holds is tagged too.
+pub fn assign(prefix: &str, drafts: &mut [Draft], taken: impl Fn(&str) -> bool) -> Vec<String> {
+    let base: Vec<String> = drafts
+        .iter()
+        .map(|d| make(prefix, &d.name, &d.operation))
+        .collect();
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, k) in base.iter().enumerate() {
+        groups.entry(k.as_str()).or_default().push(i);
+    }
+    let mut keys = base.clone();
+    for members in groups.values() {
+        let mut members = members.clone();
+        members.sort_by(|a, b| {
+            let (pa, pb) = (&drafts[*a].operation, &drafts[*b].operation);
+            let path = |s: &str| {
+                s.split_once(' ')
+                    .map(|(m, p)| (p.to_string(), m.to_string()))
+            };
+            path(pa).cmp(&path(pb))
+        });
+        for (n, &i) in members.iter().enumerate() {
+            if n > 0 {
+                keys[i] = with_tag(&base[i], &drafts[i].operation);
+                drafts[i].notes.push(Note {
+                    kind: "key",
+                    message: format!(
+                        "key {} is taken by another operation of the document ({}); this one is {}",
+                        base[i], drafts[members[0]].operation, keys[i]
+                    ),
+                });
+            }
+        }
+    }
+    let mut used: BTreeSet<String> = BTreeSet::new();
+    for (i, k) in keys.iter_mut().enumerate() {
+        if taken(k) {
+            let tagged = with_tag(k, &drafts[i].operation);
+            drafts[i].notes.push(Note {
+                kind: "key",
+                message: format!(
+                    "key {k} belongs to a row not imported from this document; this one is {tagged}"
+                ),
+            });
+            *k = tagged;
+        }
+        // Tags of different operations could meet; a counter settles it.
+        let mut candidate = k.clone();
+        let mut n = 2;
+        while used.contains(&candidate) || taken(&candidate) {
+            candidate = with_tag(k, &format!("{} {n}", drafts[i].operation));
+            n += 1;
+        }
+        *k = candidate.clone();
+        used.insert(candidate);
+    }
+    keys
 }
 
 #[cfg(test)]

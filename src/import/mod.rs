@@ -12,24 +12,28 @@
 //! is reported (and with `prune`, its row deleted, which the site shows as a tombstone), and a
 //! row written by someone else is never overwritten.
 
+pub mod arguments;
 pub mod auth;
+pub mod docstring;
 pub mod document;
 pub mod draft;
 pub mod key;
 pub mod operation;
+mod plan;
+mod provenance;
 pub mod schema;
+pub mod server;
 pub mod text;
 pub mod yaml;
 
 use crate::row::catalogue::SourceFile;
-use crate::row::diag::Diagnostic;
-use crate::row::{Row, parse_row};
 use document::{Document, DocumentError};
 use draft::{Context, Draft};
+use plan::Planned;
+use provenance::{OnDisk, read_marker};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What `capdir import openapi` was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -136,45 +140,6 @@ pub struct Import {
     pub report: Report,
 }
 
-/// The first line of every row file, as hand-written rows have it.
-const SCHEMA_LINE: &str = "# yaml-language-server: $schema=../schema/row.schema.json\n";
-/// Starts the line naming the document, the operation and the digest of the rest.
-const MARKER: &str = "# capdir import openapi: ";
-
-/// What a file's provenance line says.
-#[derive(Debug, Clone, serde::Deserialize, Serialize)]
-struct Marker {
-    document: String,
-    operation: String,
-    sha256: String,
-}
-
-fn digest(text: &str) -> String {
-    hex::encode(&Sha256::digest(text.as_bytes())[..8])
-}
-
-/// A row file in the catalogue directory, and what its provenance line says: its marker, and
-/// whether the rest of the file still has the digest the marker names.
-struct OnDisk<'a> {
-    file: &'a SourceFile,
-    provenance: Option<(Marker, bool)>,
-}
-
-/// A file's marker, and whether the rest of the file still has the digest it names.
-fn read_marker(text: &str) -> Option<(Marker, bool)> {
-    let mut offset = 0;
-    for line in text.split_inclusive('\n').take(3) {
-        if let Some(json) = line.strip_prefix(MARKER) {
-            let marker: Marker = serde_json::from_str(json.trim_end()).ok()?;
-            let rest = &text[offset + line.len()..];
-            let intact = digest(rest) == marker.sha256;
-            return Some((marker, intact));
-        }
-        offset += line.len();
-    }
-    None
-}
-
 /// Does `path` match the glob (`*` within a segment, `**` across)?
 pub fn glob_matches(glob: &str, path: &str) -> bool {
     fn go(g: &[u8], p: &[u8]) -> bool {
@@ -275,7 +240,7 @@ pub fn import(
         .all()
         .map(|(n, s)| (n.clone(), s.describe()))
         .collect();
-    let base = draft::document_base(doc, options.server.as_deref());
+    let base = server::of_document(doc, options.server.as_deref());
     if let Err(e) = &base
         && chosen.iter().any(|op| op.servers.is_none())
     {
@@ -328,7 +293,7 @@ pub fn import(
             .is_some_and(|(m, _)| m.document == title)
     };
 
-    let keys = assign_keys(&options.prefix, &mut drafts, |k| {
+    let keys = key::assign(&options.prefix, &mut drafts, |k| {
         on_disk.contains_key(k) && !ours(k)
     });
     let mut rows: Vec<Planned> = drafts
@@ -339,12 +304,12 @@ pub fn import(
 
     // Each row passes the gate on its own; one that does not is drafted again without the
     // document's examples and prose (secret-shaped text hides there), else not imported.
-    let failing = self_check(&rows, dir);
+    let failing = plan::self_check(&rows, dir);
     for &i in failing.keys() {
         rows[i].draft.without_prose();
         rows[i].render(&title);
     }
-    let still = self_check(&rows, dir);
+    let still = plan::self_check(&rows, dir);
     let mut kept = Vec::new();
     for (i, row) in rows.into_iter().enumerate() {
         match still.get(&i) {
@@ -430,7 +395,7 @@ pub fn import(
     }
 
     // The catalogue as it will be, for the cross-row rules and the asks gate.
-    asks_gate(&mut rows, existing, &deletes, dir, &title, &mut report);
+    plan::asks_gate(&mut rows, existing, &deletes, dir, &title, &mut report);
 
     let mut writes = Vec::new();
     for row in rows {
@@ -458,238 +423,6 @@ pub fn import(
     })
 }
 
-/// Unique keys for the drafts, independent of the order operations come in: of several
-/// operations with the same key, the first by path and method keeps it and the others get a
-/// tag of theirs; a key a row not from this document holds is tagged too.
-fn assign_keys(prefix: &str, drafts: &mut [Draft], taken: impl Fn(&str) -> bool) -> Vec<String> {
-    let base: Vec<String> = drafts
-        .iter()
-        .map(|d| key::make(prefix, &d.name, &d.operation))
-        .collect();
-    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, k) in base.iter().enumerate() {
-        groups.entry(k.as_str()).or_default().push(i);
-    }
-    let mut keys = base.clone();
-    for members in groups.values() {
-        let mut members = members.clone();
-        members.sort_by(|a, b| {
-            let (pa, pb) = (&drafts[*a].operation, &drafts[*b].operation);
-            let path = |s: &str| {
-                s.split_once(' ')
-                    .map(|(m, p)| (p.to_string(), m.to_string()))
-            };
-            path(pa).cmp(&path(pb))
-        });
-        for (n, &i) in members.iter().enumerate() {
-            if n > 0 {
-                keys[i] = key::with_tag(&base[i], &drafts[i].operation);
-                drafts[i].notes.push(Note {
-                    kind: "key",
-                    message: format!(
-                        "key {} is taken by another operation of the document ({}); this one is {}",
-                        base[i], drafts[members[0]].operation, keys[i]
-                    ),
-                });
-            }
-        }
-    }
-    let mut used: BTreeSet<String> = BTreeSet::new();
-    for (i, k) in keys.iter_mut().enumerate() {
-        if taken(k) {
-            let tagged = key::with_tag(k, &drafts[i].operation);
-            drafts[i].notes.push(Note {
-                kind: "key",
-                message: format!(
-                    "key {k} belongs to a row not imported from this document; this one is {tagged}"
-                ),
-            });
-            *k = tagged;
-        }
-        // Tags of different operations could meet; a counter settles it.
-        let mut candidate = k.clone();
-        let mut n = 2;
-        while used.contains(&candidate) || taken(&candidate) {
-            candidate = key::with_tag(k, &format!("{} {n}", drafts[i].operation));
-            n += 1;
-        }
-        *k = candidate.clone();
-        used.insert(candidate);
-    }
-    keys
-}
-
-/// A draft with its key and file text, and what is on disk under that key.
-struct Planned {
-    draft: Draft,
-    key: String,
-    text: String,
-    existing: Option<Vec<u8>>,
-    edited: bool,
-}
-
-impl Planned {
-    fn new(draft: Draft, key: String, title: &str) -> Planned {
-        let mut p = Planned {
-            draft,
-            key,
-            text: String::new(),
-            existing: None,
-            edited: false,
-        };
-        p.render(title);
-        p
-    }
-
-    fn render(&mut self, title: &str) {
-        let body = self.draft.body_text(&self.key);
-        let marker = Marker {
-            document: title.to_string(),
-            operation: self.draft.operation.clone(),
-            sha256: digest(&body),
-        };
-        let marker = serde_json::to_string(&marker).unwrap_or_default();
-        self.text = format!("{SCHEMA_LINE}{MARKER}{marker}\n{body}");
-    }
-
-    fn file(&self, dir: &Path) -> SourceFile {
-        SourceFile {
-            path: dir.join(format!("{}.yaml", self.key)),
-            bytes: self.text.clone().into_bytes(),
-        }
-    }
-}
-
-/// The gate's errors for each row on its own, by index.
-fn self_check(rows: &[Planned], dir: &Path) -> BTreeMap<usize, Vec<String>> {
-    let files: Vec<SourceFile> = rows.iter().map(|r| r.file(dir)).collect();
-    let checked = crate::check::check_files(&files);
-    let index: BTreeMap<PathBuf, usize> = files
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (f.path.clone(), i))
-        .collect();
-    let mut out: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-    for d in checked.diags.iter().filter(|d| d.is_error()) {
-        if let Some(&i) = index.get(&d.path) {
-            let said = format!("{}: {}", d.code, d.message);
-            let list = out.entry(i).or_default();
-            if !list.contains(&said) {
-                list.push(said);
-            }
-        }
-    }
-    out
-}
-
-/// Check the catalogue as it will be and keep only the asks the search answers: an ask of a
-/// new row that does not find it in the top `ASK_TOP` is left out (and the gate run again,
-/// since asks are searched text too). Problems the import causes elsewhere are reported.
-fn asks_gate(
-    rows: &mut [Planned],
-    existing: &[SourceFile],
-    deletes: &[String],
-    dir: &Path,
-    title: &str,
-    report: &mut Report,
-) {
-    let replaced: BTreeSet<String> = rows
-        .iter()
-        .filter(|r| !r.edited)
-        .map(|r| format!("{}.yaml", r.key))
-        .chain(deletes.iter().cloned())
-        .collect();
-    let mut files: Vec<SourceFile> = existing
-        .iter()
-        .filter(|f| !replaced.contains(f.file_name()))
-        .cloned()
-        .collect();
-    let first_new = files.len();
-    files.extend(rows.iter().filter(|r| !r.edited).map(|r| r.file(dir)));
-    let checked = crate::check::check_files(&files);
-    let new_paths: BTreeSet<PathBuf> = files[first_new..].iter().map(|f| f.path.clone()).collect();
-    let mut after: Vec<Diagnostic> = checked.diags.into_iter().filter(|d| d.is_error()).collect();
-    let mut catalogue: Vec<Row> = checked.rows;
-    let by_key: BTreeMap<String, usize> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.key.clone(), i))
-        .collect();
-    // Leaving an ask out changes what is indexed, so the gate runs again until it passes or
-    // only rows this import does not write fail it.
-    let mut failing = crate::check::asks_gate(&catalogue);
-    for _round in 0..8 {
-        let mut changed = false;
-        for d in &failing {
-            let key = d
-                .path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("")
-                .to_string();
-            let Some(&i) = by_key.get(&key).filter(|_| new_paths.contains(&d.path)) else {
-                continue;
-            };
-            let Some(pos) = catalogue.iter().position(|r| r.path == d.path) else {
-                continue;
-            };
-            // The message quotes the ask; find which of the row's asks it is.
-            let Some(ask) = catalogue[pos]
-                .asks
-                .iter()
-                .find(|a| d.message.contains(&format!("{a:?}")))
-                .cloned()
-            else {
-                continue;
-            };
-            rows[i].draft.asks.retain(|a| *a != ask);
-            rows[i].draft.notes.push(Note {
-                kind: "ask",
-                message: format!("ask {ask:?} left out: {}", d.message),
-            });
-            report.asks_left_out.push((key.clone(), ask));
-            rows[i].render(title);
-            if let Some(row) = parse_row(&d.path, rows[i].text.as_bytes()).row {
-                catalogue[pos] = row;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-        failing = crate::check::asks_gate(&catalogue);
-    }
-    after.extend(failing);
-
-    // What fails now and did not before is this import's doing: typically asks of rows
-    // written by hand that many new rows now outrank.
-    let before: BTreeSet<(PathBuf, usize, usize, &str)> = {
-        let checked = crate::check::check_files(existing);
-        let asks = crate::check::asks_gate(&checked.rows);
-        checked
-            .diags
-            .into_iter()
-            .filter(|d| d.is_error())
-            .chain(asks)
-            .map(|d| (d.path, d.line, d.col, d.code))
-            .collect()
-    };
-    for d in after {
-        if !before.contains(&(d.path.clone(), d.line, d.col, d.code)) {
-            report.catalogue_problems.push(format!(
-                "{}:{}:{}: {}: {}",
-                d.path.display(),
-                d.line,
-                d.col,
-                d.code,
-                d.message
-            ));
-        }
-    }
-    report.catalogue_problems.sort();
-    report.catalogue_problems.dedup();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -709,23 +442,5 @@ mod tests {
         assert!(!glob_matches("/pets*", "/pets/{id}"));
         assert!(selected(&["pet".into()], &["pet".into()], "/x"));
         assert!(!selected(&["store".into()], &["pet".into()], "/x"));
-    }
-
-    #[test]
-    fn markers_detect_edits() {
-        let body = "key: A_B\n";
-        let m = Marker {
-            document: "D".into(),
-            operation: "GET /a".into(),
-            sha256: digest(body),
-        };
-        let text = format!(
-            "{SCHEMA_LINE}{MARKER}{}\n{body}",
-            serde_json::to_string(&m).unwrap()
-        );
-        assert!(read_marker(&text).expect("marker").1);
-        let edited = text.replace("A_B", "A_C");
-        assert!(!read_marker(&edited).expect("marker").1);
-        assert!(read_marker("key: X\n").is_none());
     }
 }
