@@ -785,6 +785,8 @@ async fn an_imported_github_row_is_invoked_on_the_wire() {
             invoke(&o, &d, "GITHUB_ISSUES_CREATE", &[r#"octo-org|hello|{"body":"no title"}"#], &token),
             // Nor does anything without the credential.
             invoke(&o, &d, "GITHUB_ISSUES_CREATE", &[r#"octo-org|hello|{"title":"x"}"#], &[]),
+            // The body by name too: an object, as an MCP client sends it.
+            invoke(&o, &d, "GITHUB_ISSUES_CREATE", &["--args", r#"{"owner": "octo-org", "repo": "hello", "body": {"title": "By name", "labels": ["a"]}}"#], &token),
         ]
     })
     .await
@@ -806,8 +808,8 @@ async fn an_imported_github_row_is_invoked_on_the_wire() {
     let seen = seen.0.lock().expect("lock").clone();
     assert_eq!(
         seen.len(),
-        2,
-        "only the two good calls reached the API: {seen:?}"
+        3,
+        "only the good calls reached the API: {seen:?}"
     );
     let create = &seen[0];
     assert_eq!(
@@ -836,6 +838,12 @@ async fn an_imported_github_row_is_invoked_on_the_wire() {
     );
     assert_eq!(search["authorization"], "Bearer tok-wire-7f3");
     assert_eq!(search["body"], "");
+    assert_eq!(results[4], ("HTTP 201:{\"number\": 1347}\n".to_string(), 0));
+    let by_name = &seen[2];
+    assert_eq!(by_name["path"], "/repos/octo-org/hello/issues");
+    assert_eq!(by_name["content_type"], "application/json");
+    let body: Json = serde_json::from_str(by_name["body"].as_str().unwrap()).expect("json body");
+    assert_eq!(body, json!({"title": "By name", "labels": ["a"]}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
