@@ -4,13 +4,14 @@
 //! [`build`] compiles the rows into a site with a [`search`] index; [`invoke`] runs one row by
 //! key; [`access`] says who may; [`dispatch`] is the one path every call takes (the gate, the
 //! runner, the receipt in the [`ledger`]); [`serve`] speaks HTTP and MCP; [`cli`] is the
-//! command line.
+//! command line; [`import`] makes rows from what already exists (OpenAPI documents).
 
 pub mod access;
 pub mod build;
 pub mod check;
 pub mod cli;
 pub mod dispatch;
+pub mod import;
 pub mod invoke;
 pub mod ledger;
 pub mod row;

@@ -262,6 +262,12 @@ async fn body_headers_and_status_errors() {
                 &format!("POST http://{addr}/echo"),
                 "note: $1",
             ),
+            row(
+                "POST_WHOLE",
+                "http",
+                &format!("POST http://{addr}/echo"),
+                "$1+",
+            ),
             row("MISSING", "http", &url(addr, "/missing"), ""),
             row("LONG", "http", &url(addr, "/long-error"), ""),
             row(
@@ -300,6 +306,23 @@ async fn body_headers_and_status_errors() {
         (seen["body"].as_str(), seen["content_type"].as_str()),
         (Some("note: plain"), Some(""))
     );
+
+    // A body one slot fills with a whole JSON document goes as JSON; other text does not.
+    for (body, content_type) in [
+        (r#"{"title": "a|b"}"#, "application/json"),
+        ("[1, 2]", "application/json"),
+        ("{not json", ""),
+        ("plain", ""),
+    ] {
+        let o = call(&inv, "POST_WHOLE", body).await;
+        let seen: serde_json::Value =
+            serde_json::from_str(o.output.strip_prefix("HTTP 200:").unwrap_or("")).expect("json");
+        assert_eq!(
+            (seen["body"].as_str(), seen["content_type"].as_str()),
+            (Some(body), Some(content_type)),
+            "{body}"
+        );
+    }
 
     let o = call(&inv, "MISSING", "").await;
     assert_eq!(o.output, "ERR:http:404:no such thing");

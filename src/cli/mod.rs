@@ -7,6 +7,7 @@ mod breaker;
 mod build;
 mod check;
 mod eval;
+mod import;
 mod invoke;
 mod ledger;
 mod mcp;
@@ -42,6 +43,8 @@ enum Command {
     Eval(eval::Args),
     /// Write a scaffold row to fill in.
     New(new::Args),
+    /// Write rows from what already exists: `import openapi FILE|URL`.
+    Import(import::Args),
     /// Invoke one row by key and print its result; exit 1 when it fails or is refused.
     Invoke(invoke::Args),
     /// Run the dispatcher: ask, contracts, invoke with durable receipts, the static site.
@@ -67,6 +70,7 @@ pub fn run() -> ExitCode {
         Command::Ask(a) => ask::run(a),
         Command::Eval(a) => eval::run(a),
         Command::New(a) => new::run(a),
+        Command::Import(a) => import::run(a),
         Command::Invoke(a) => invoke::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Mcp(a) => mcp::run(a),

@@ -149,10 +149,13 @@ pub fn prepare(call: &Call<'_>) -> Result<Prepared, Failure> {
         None
     } else {
         let ctx = Context::for_body(payload);
-        if ctx == Context::Json {
+        let body = template::render(payload, ctx, vars).map_err(|m| missing(m.needed, m.got))?;
+        // A JSON template is JSON; so is a body that one slot fills with a whole JSON document
+        // (`$3+`: imported rows take the request body as one argument).
+        if ctx == Context::Json || is_json_document(&body) {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
-        Some(template::render(payload, ctx, vars).map_err(|m| missing(m.needed, m.got))?)
+        Some(body)
     };
     Ok(Prepared {
         method,
@@ -162,6 +165,13 @@ pub fn prepare(call: &Call<'_>) -> Result<Prepared, Failure> {
         secrets,
         credential_name: credential.map(Credential::name),
     })
+}
+
+/// A JSON object or array, whole.
+fn is_json_document(body: &str) -> bool {
+    let t = body.trim_start();
+    (t.starts_with('{') || t.starts_with('['))
+        && serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok()
 }
 
 fn missing(needed: usize, got: usize) -> Failure {

@@ -1,0 +1,276 @@
+//! `capdir import openapi FILE|URL`: fetch or read the document, let `import` plan the rows,
+//! write them, and report what could not be mapped: per operation on standard error, the
+//! summary on standard output (or everything as one JSON document with `--json`).
+
+use crate::import::{self, Options, Report, Status};
+use anyhow::{Context as _, bail};
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub(super) struct Args {
+    #[command(subcommand)]
+    source: Source,
+}
+
+#[derive(clap::Subcommand)]
+enum Source {
+    /// One `http` row per operation of an OpenAPI document (3.0, 3.1 or Swagger 2.0; JSON or
+    /// YAML). Re-importing the same document changes nothing.
+    Openapi(OpenApi),
+}
+
+#[derive(clap::Args)]
+struct OpenApi {
+    /// The document: a file, or an http(s) URL to fetch.
+    document: String,
+    /// Put in front of every key and credential variable: `GITHUB` → `GITHUB_ISSUES_CREATE`,
+    /// `GITHUB_TOKEN`.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// Every row's category (default: the operation's first tag).
+    #[arg(long)]
+    category: Option<String>,
+    /// Only operations with this tag, or whose path matches this glob (`/repos/*/*/issues*`;
+    /// `*` within a segment, `**` across). Repeat for several.
+    #[arg(long, value_name = "TAG|PATH-GLOB")]
+    only: Vec<String>,
+    /// The catalogue directory the rows go to.
+    #[arg(long, default_value = "catalogue")]
+    out: PathBuf,
+    /// The API's base URL, instead of the document's servers (or host and basePath).
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// Every row's `auth` (e.g. `bearer:GITHUB_TOKEN`), instead of the document's security.
+    #[arg(long, value_name = "AUTH")]
+    auth: Option<String>,
+    /// Delete rows this document imported earlier whose operation is gone (or got another
+    /// key); without it they are kept and reported.
+    #[arg(long)]
+    prune: bool,
+    /// Overwrite rows edited by hand since they were imported.
+    #[arg(long)]
+    force: bool,
+    /// Plan and report, write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON on standard output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A document larger than this is refused before it is parsed.
+const MAX_DOCUMENT_BYTES: usize = 256 * 1024 * 1024;
+
+pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    match a.source {
+        Source::Openapi(o) => openapi(o),
+    }
+}
+
+fn openapi(a: OpenApi) -> anyhow::Result<ExitCode> {
+    if let Some(c) = &a.category
+        && !crate::row::is_category(c)
+    {
+        bail!("--category `{c}` is not lowercase letters, digits and dashes");
+    }
+    let text = if a.document.starts_with("http://") || a.document.starts_with("https://") {
+        super::current_thread()?.block_on(fetch(&a.document))?
+    } else {
+        let bytes = std::fs::read(&a.document)
+            .with_context(|| format!("cannot read the document {}", a.document))?;
+        if bytes.len() > MAX_DOCUMENT_BYTES {
+            bail!("{}: larger than {MAX_DOCUMENT_BYTES} bytes", a.document);
+        }
+        String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", a.document))?
+    };
+    let doc = import::document::parse(&text, &a.document)?;
+    drop(text);
+    let existing = if a.out.is_dir() {
+        crate::row::catalogue::read_dir(&a.out)
+            .with_context(|| format!("cannot read {}", a.out.display()))?
+    } else {
+        Vec::new()
+    };
+    let options = Options {
+        prefix: a.prefix,
+        category: a.category,
+        only: a.only,
+        server: a.server,
+        auth: a.auth,
+        prune: a.prune,
+        force: a.force,
+    };
+    let plan = import::import(&doc, &options, &existing, &a.out)?;
+    if !a.dry_run {
+        write(&a.out, &plan.writes, &plan.deletes)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&plan.report)?);
+    } else {
+        eprint!("{}", per_operation(&plan.report));
+        print!("{}", summary(&plan.report, &a.out, a.dry_run));
+    }
+    // The rows were written (they pass the gate); the catalogue around them now does not.
+    Ok(super::exit(plan.report.catalogue_problems.is_empty()))
+}
+
+async fn fetch(url: &str) -> anyhow::Result<String> {
+    let client = reqwest::Client::builder()
+        .user_agent(concat!("capdir/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(120))
+        .build()?;
+    let mut resp = client
+        .get(url)
+        .send()
+        .await
+        .with_context(|| format!("cannot fetch {url}"))?;
+    if !resp.status().is_success() {
+        bail!("{url} answered {}", resp.status());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .with_context(|| format!("reading {url}"))?
+    {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_DOCUMENT_BYTES {
+            bail!("{url}: larger than {MAX_DOCUMENT_BYTES} bytes");
+        }
+    }
+    String::from_utf8(body).with_context(|| format!("{url} is not UTF-8 text"))
+}
+
+/// Write each file beside itself and rename it into place, so a reader never sees half a row.
+fn write(dir: &Path, writes: &[(String, String)], deletes: &[String]) -> anyhow::Result<()> {
+    if writes.is_empty() && deletes.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, text) in writes {
+        let path = dir.join(name);
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let mut f = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    for name in deletes {
+        let path = dir.join(name);
+        std::fs::remove_file(&path).with_context(|| format!("cannot delete {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// One line per operation with something to say.
+fn per_operation(r: &Report) -> String {
+    let mut s = String::new();
+    for n in &r.document_notes {
+        s.push_str(&format!("{}: {}: {}\n", r.document, n.kind, n.message));
+    }
+    for row in &r.rows {
+        for n in &row.notes {
+            s.push_str(&format!(
+                "{} ({}): {}: {}\n",
+                row.key, row.operation, n.kind, n.message
+            ));
+        }
+        if row.status == Status::KeptEdited {
+            s.push_str(&format!(
+                "{} ({}): edited by hand since it was imported: kept (--force overwrites)\n",
+                row.key, row.operation
+            ));
+        }
+    }
+    for sk in &r.skipped {
+        let what = if sk.operation.is_empty() {
+            sk.pointer.as_str()
+        } else {
+            sk.operation.as_str()
+        };
+        for n in &sk.notes {
+            s.push_str(&format!(
+                "not imported: {what}: {}: {}\n",
+                n.kind, n.message
+            ));
+        }
+    }
+    for g in &r.gone {
+        s.push_str(&format!(
+            "{} ({}): {}: {}\n",
+            g.key,
+            g.operation,
+            g.reason,
+            g.action.replace('_', " ")
+        ));
+    }
+    for p in &r.catalogue_problems {
+        s.push_str(&format!("catalogue: {p}\n"));
+    }
+    s
+}
+
+/// The counts, the notes by kind, the credentials.
+fn summary(r: &Report, out: &Path, dry_run: bool) -> String {
+    let mut s = format!(
+        "{} {} ({}) into {}: {} operations, {} selected; rows: {} new, {} changed, {} unchanged, {} kept (edited by hand); {} not imported; {} gone from the document\n",
+        if dry_run { "would import" } else { "imported" },
+        r.document,
+        r.version,
+        out.display(),
+        r.operations,
+        r.selected,
+        r.count(Status::New),
+        r.count(Status::Changed),
+        r.count(Status::Unchanged),
+        r.count(Status::KeptEdited),
+        r.skipped.len(),
+        r.gone.len(),
+    );
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in r.rows.iter().flat_map(|row| &row.notes) {
+        *kinds.entry(n.kind).or_default() += 1;
+    }
+    if !kinds.is_empty() {
+        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        s.push_str(&format!(
+            "not mapped as written (rows affected, details on stderr): {}\n",
+            list.join(", ")
+        ));
+    }
+    let mut skipped: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in r.skipped.iter().filter_map(|sk| sk.notes.first()) {
+        *skipped.entry(n.kind).or_default() += 1;
+    }
+    if !skipped.is_empty() {
+        let list: Vec<String> = skipped.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        s.push_str(&format!(
+            "not imported, by first reason: {}\n",
+            list.join(", ")
+        ));
+    }
+    for (name, how) in &r.schemes {
+        s.push_str(&format!("security scheme {name}: {how}\n"));
+    }
+    if !r.asks_left_out.is_empty() {
+        s.push_str(&format!(
+            "asks left out: {} (the catalogue's search does not rank their row in its top {})\n",
+            r.asks_left_out.len(),
+            crate::check::ASK_TOP
+        ));
+    }
+    if !r.catalogue_problems.is_empty() {
+        s.push_str(&format!(
+            "with these rows the catalogue fails the gate where it passed before: {} problem(s), on stderr; \
+             rephrase those asks, or import elsewhere (--out) or fewer operations (--only)\n",
+            r.catalogue_problems.len()
+        ));
+    }
+    s
+}
