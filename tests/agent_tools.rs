@@ -460,7 +460,9 @@ async fn a_provider_prefix_names_the_endpoint() {
     let req = Request::post("/api/dispatch")
         .header("content-type", "application/json")
         .header("x-owner-key", OWNER)
-        .body(Body::from(json!({"key": "PROVIDER_AGENT", "body": "hi"}).to_string()))
+        .body(Body::from(
+            json!({"key": "PROVIDER_AGENT", "body": "hi"}).to_string(),
+        ))
         .unwrap();
     let res = app(s.clone()).oneshot(req).await.expect("response");
     assert_eq!(res.status(), StatusCode::OK);
