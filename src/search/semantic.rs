@@ -343,9 +343,19 @@ impl RowVectors {
         let rows = u32_at(bytes, 16)?;
         let tokens = u32_at(bytes, 20)? as usize;
         let stored = u32_at(bytes, 24)? as usize;
-        let df_end = 28 + 4 * tokens;
-        let scale_end = df_end + 4 * stored;
-        if dims == 0 || bytes.len() != scale_end + stored * dims {
+        let sizes = (|| {
+            let df_end = 28usize.checked_add(tokens.checked_mul(4)?)?;
+            let scale_end = df_end.checked_add(stored.checked_mul(4)?)?;
+            Some((
+                df_end,
+                scale_end,
+                scale_end.checked_add(stored.checked_mul(dims)?)?,
+            ))
+        })();
+        let Some((df_end, scale_end, total)) = sizes.filter(|_| dims > 0) else {
+            bail!("row-vectors header is impossible (dims {dims}, {stored} rows)");
+        };
+        if bytes.len() != total {
             bail!(
                 "row-vectors file is {} bytes, not what its header says",
                 bytes.len()
@@ -523,6 +533,21 @@ mod tests {
             let joined = format!("{text} {}", words.join(" "));
             let mut cache = std::collections::HashMap::new();
             proptest::prop_assert_eq!(m.tokens_cached(&joined, &mut cache), m.tokens(&joined));
+        }
+
+        /// Any bytes: a row-vectors file or an error, never a panic.
+        #[test]
+        fn any_bytes_load_or_fail(mut bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200), header in proptest::option::of(proptest::collection::vec(proptest::num::u32::ANY, 5))) {
+            if let Some(h) = header {
+                let mut b = b"CAPDIRSV".to_vec();
+                b.extend_from_slice(&1u32.to_le_bytes());
+                for n in &h[1..] {
+                    b.extend_from_slice(&n.to_le_bytes());
+                }
+                b.extend_from_slice(&bytes);
+                bytes = b;
+            }
+            let _ = RowVectors::from_bytes(&bytes);
         }
 
         /// The bounded heap keeps what a full sort would keep, in the same order.
