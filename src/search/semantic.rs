@@ -191,7 +191,8 @@ pub struct RowVectors {
     idf: Vec<f32>,
     /// Per row: the factor that turns its int8 dot product into a cosine.
     scale: Vec<f32>,
-    data: Vec<i8>,
+    /// Per row, `dims` int8 values, stored as their bytes (see `rows`).
+    data: Vec<u8>,
 }
 
 impl RowVectors {
@@ -226,7 +227,7 @@ impl RowVectors {
         for row in &tokens {
             match model.embed(row, |t| v.idf[t as usize]) {
                 Some((q, s)) => {
-                    v.data.extend_from_slice(&q);
+                    v.data.extend(q.iter().map(|&x| x as u8));
                     v.scale.push(s);
                 }
                 None => {
@@ -287,12 +288,7 @@ impl RowVectors {
         best: &mut Best,
         dot: impl Fn(&[i16], &[i8]) -> i32,
     ) {
-        for (i, (row, &rs)) in self
-            .data
-            .chunks_exact(self.dims)
-            .zip(&self.scale)
-            .enumerate()
-        {
+        for (i, (row, &rs)) in self.rows().zip(&self.scale).enumerate() {
             let cos = dot(q, row) as f32 * qs * rs;
             if cos >= floor {
                 best.offer(i, cos);
@@ -327,22 +323,36 @@ impl RowVectors {
         for s in &self.scale {
             out.extend_from_slice(&s.to_le_bytes());
         }
-        out.extend(self.data.iter().map(|&x| x as u8));
+        out.extend_from_slice(&self.data);
         out
     }
 
+    /// Each row's vector.
+    fn rows(&self) -> impl Iterator<Item = &[i8]> {
+        // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+        let data: &[i8] =
+            unsafe { std::slice::from_raw_parts(self.data.as_ptr().cast::<i8>(), self.data.len()) };
+        data.chunks_exact(self.dims)
+    }
+
     pub fn from_bytes(bytes: &[u8]) -> Result<RowVectors> {
+        RowVectors::from_vec(bytes.to_vec())
+    }
+
+    /// The file's bytes, read in place: the vectors keep the buffer they came in, so loading
+    /// 100,000 rows does not hold two copies at once.
+    pub fn from_vec(mut bytes: Vec<u8>) -> Result<RowVectors> {
         if bytes.get(..8) != Some(ROWS_MAGIC.as_slice()) {
             bail!("not a capdir row-vectors file");
         }
-        let version = u32_at(bytes, 8)?;
+        let version = u32_at(&bytes, 8)?;
         if version != ROWS_VERSION {
             bail!("row-vectors version {version}; this capdir reads {ROWS_VERSION}: rebuild");
         }
-        let dims = u32_at(bytes, 12)? as usize;
-        let rows = u32_at(bytes, 16)?;
-        let tokens = u32_at(bytes, 20)? as usize;
-        let stored = u32_at(bytes, 24)? as usize;
+        let dims = u32_at(&bytes, 12)? as usize;
+        let rows = u32_at(&bytes, 16)?;
+        let tokens = u32_at(&bytes, 20)? as usize;
+        let stored = u32_at(&bytes, 24)? as usize;
         let sizes = (|| {
             let df_end = 28usize.checked_add(tokens.checked_mul(4)?)?;
             let scale_end = df_end.checked_add(stored.checked_mul(4)?)?;
@@ -371,22 +381,25 @@ impl RowVectors {
             .into_iter()
             .map(u32::from_le_bytes)
             .collect();
+        let scale = words(df_end..scale_end)
+            .into_iter()
+            .map(f32::from_le_bytes)
+            .collect();
+        bytes.drain(..scale_end);
+        bytes.shrink_to_fit();
         Ok(RowVectors {
             dims,
             rows,
             idf: idf(rows, &df),
             df,
-            scale: words(df_end..scale_end)
-                .into_iter()
-                .map(f32::from_le_bytes)
-                .collect(),
-            data: bytes[scale_end..].iter().map(|&b| b as i8).collect(),
+            scale,
+            data: bytes,
         })
     }
 
     pub fn read(path: &Path) -> Result<RowVectors> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        RowVectors::from_bytes(&bytes).with_context(|| path.display().to_string())
+        RowVectors::from_vec(bytes).with_context(|| path.display().to_string())
     }
 
     /// The heap the vectors take, for reports.
