@@ -364,9 +364,31 @@ fn semantic_text(row: &Row, vocabulary: &HashSet<String>) -> String {
     )
 }
 
-fn row_vectors(rows: &[&Row], vocabulary: &HashSet<String>) -> Result<semantic::RowVectors> {
+fn row_vectors(
+    rows: &[&Row],
+    vocabulary: &HashSet<String>,
+    previous: Option<&semantic::RowVectors>,
+) -> Result<semantic::RowVectors> {
     let texts: Vec<String> = rows.iter().map(|r| semantic_text(r, vocabulary)).collect();
-    Ok(semantic::RowVectors::build(semantic::model()?, &texts))
+    Ok(semantic::RowVectors::build(
+        semantic::model()?,
+        &texts,
+        previous,
+    ))
+}
+
+/// Write the row vectors of an index's rows (enabled, planner-visible, key order: what
+/// `rows.json` lists) into `dir`, reusing the tokens of the vectors already there: the
+/// incremental rebuild's half of the semantic index. The file is what a cold build writes.
+pub fn write_vectors(dir: &Path, rows: &[Row]) -> Result<()> {
+    let rows = indexable(rows);
+    let path = dir.join(SEMANTIC_FILE);
+    let previous = semantic::RowVectors::read(&path).ok();
+    let vectors = row_vectors(&rows, &vocabulary(&rows), previous.as_ref())?;
+    let tmp = dir.join(format!("{SEMANTIC_FILE}.tmp"));
+    std::fs::write(&tmp, vectors.to_bytes())?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(())
 }
 
 /// The rows an ask may answer with: enabled and visible to planners (`planner_visible: false`
@@ -399,7 +421,7 @@ pub fn build_index(dir: &Path, rows: &[Row]) -> Result<usize> {
     let metas: Vec<RowMeta> = rows.iter().map(|r| meta(r)).collect();
     std::fs::write(dir.join("rows.json"), serde_json::to_vec(&metas)?)?;
     make_deterministic(dir)?;
-    let vectors = row_vectors(&rows, &vocabulary)?;
+    let vectors = row_vectors(&rows, &vocabulary, None)?;
     std::fs::write(dir.join(SEMANTIC_FILE), vectors.to_bytes())?;
     Ok(rows.len())
 }
@@ -542,7 +564,7 @@ impl Searcher {
         add_rows(&index, &fields, &rows, &vocabulary)?;
         let reader = index.reader()?;
         Ok(Searcher {
-            semantic: Some(row_vectors(&rows, &vocabulary)?),
+            semantic: Some(row_vectors(&rows, &vocabulary, None)?),
             ranking: Ranking::default(),
             fusion: Fusion::default(),
             vocabulary: term_fields(&reader, &fields)?,

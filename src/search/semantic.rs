@@ -27,7 +27,7 @@ pub const SHA256SUMS: &str = include_str!("../../models/minilm/SHA256SUMS");
 /// page says what it wants early, and the bound keeps a hostile one cheap.
 const MAX_TEXT_BYTES: usize = 4096;
 const ROWS_MAGIC: &[u8; 8] = b"CAPDIRSV";
-const ROWS_VERSION: u32 = 1;
+const ROWS_VERSION: u32 = 2;
 
 /// `text` up to `MAX_TEXT_BYTES`, cut at a character boundary.
 fn bounded(text: &str) -> &str {
@@ -119,6 +119,28 @@ impl Model {
         self.dims
     }
 
+    /// acc += weight(t) · vector(t) for every token.
+    #[inline(always)]
+    fn accumulate(&self, tokens: &[u16], weight: &[f32], acc: &mut [f32]) {
+        for &t in tokens {
+            let w = weight.get(t as usize).copied().unwrap_or(0.0) * self.scale[t as usize];
+            if w == 0.0 {
+                continue;
+            }
+            let v = &self.vectors[t as usize * self.dims..][..self.dims];
+            for (a, &x) in acc.iter_mut().zip(v) {
+                *a += w * f32::from(x);
+            }
+        }
+    }
+
+    /// `accumulate` compiled for AVX2 and FMA: a build embeds every row with it.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn accumulate_avx2(&self, tokens: &[u16], weight: &[f32], acc: &mut [f32]) {
+        self.accumulate(tokens, weight, acc);
+    }
+
     /// The meaningful tokens of `text`, in order.
     pub fn tokens(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::new();
@@ -157,18 +179,18 @@ impl Model {
     /// Σ weight(t) · vector(t) over `tokens`, as int8 with its scale, normalised so the dot
     /// product of two such vectors times their scales is their cosine. None when nothing
     /// weighs anything.
-    fn embed(&self, tokens: &[u32], weight: impl Fn(u32) -> f32) -> Option<(Vec<i8>, f32)> {
+    fn embed(&self, tokens: &[u16], weight: &[f32]) -> Option<(Vec<i8>, f32)> {
         let mut acc = vec![0f32; self.dims];
-        for &t in tokens {
-            let w = weight(t) * self.scale[t as usize];
-            if w == 0.0 {
-                continue;
-            }
-            let v = &self.vectors[t as usize * self.dims..][..self.dims];
-            for (a, &x) in acc.iter_mut().zip(v) {
-                *a += w * f32::from(x);
-            }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has just said it has AVX2 and FMA.
+            unsafe { self.accumulate_avx2(tokens, weight, &mut acc) };
+        } else {
+            self.accumulate(tokens, weight, &mut acc);
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        self.accumulate(tokens, weight, &mut acc);
         let norm = acc.iter().map(|a| a * a).sum::<f32>().sqrt();
         if norm.is_nan() || norm <= 1e-9 {
             return None;
@@ -180,52 +202,67 @@ impl Model {
     }
 }
 
-/// The row side: each row's vector, and what the catalogue's word frequencies are.
+/// The row side: each row's vector, the catalogue's token frequencies, and what each vector
+/// was made from (a digest of its text and its tokens), so a rebuild after a few rows changed
+/// tokenises only those rows and still writes what a cold build writes.
 pub struct RowVectors {
     dims: usize,
-    /// How many rows the frequencies were counted over.
-    rows: u32,
     /// Per token: how many rows use it.
     df: Vec<u32>,
     /// Per token: its weight, from `df` (see `idf`).
     idf: Vec<f32>,
     /// Per row: the factor that turns its int8 dot product into a cosine.
     scale: Vec<f32>,
+    /// Per row: the first 8 bytes of the SHA-256 of its text.
+    digests: Vec<u64>,
+    /// Per row: where its tokens end in `ids`.
+    ends: Vec<u32>,
+    ids: Vec<u16>,
     /// Per row, `dims` int8 values, stored as their bytes (see `rows`).
     data: Vec<u8>,
 }
 
+fn digest(text: &str) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(text.as_bytes());
+    u64::from_le_bytes(d[..8].try_into().unwrap_or_default())
+}
+
 impl RowVectors {
-    /// The vectors of `texts` (one per row, in index order).
-    pub fn build(model: &Model, texts: &[String]) -> RowVectors {
+    /// The vectors of `texts` (one per row, in index order). Rows whose text `previous` has
+    /// already tokenised reuse its tokens; the result is the same either way.
+    pub fn build(model: &Model, texts: &[String], previous: Option<&RowVectors>) -> RowVectors {
+        let known: std::collections::HashMap<u64, usize> = previous
+            .map(|p| p.digests.iter().enumerate().map(|(i, &d)| (d, i)).collect())
+            .unwrap_or_default();
         let mut cache = std::collections::HashMap::new();
-        let tokens: Vec<Vec<u32>> = texts
-            .iter()
-            .map(|t| model.tokens_cached(t, &mut cache))
-            .collect();
-        let mut df = vec![0u32; model.scale.len()];
-        let mut seen = Vec::new();
-        for row in &tokens {
-            seen.clear();
-            seen.extend_from_slice(row);
-            seen.sort_unstable();
-            seen.dedup();
-            for &t in &seen {
-                df[t as usize] += 1;
-            }
-        }
-        let rows = texts.len() as u32;
-        let idf = idf(rows, &df);
         let mut v = RowVectors {
             dims: model.dims,
-            rows,
-            df,
-            idf,
+            df: vec![0u32; model.scale.len()],
+            idf: Vec::new(),
             scale: Vec::with_capacity(texts.len()),
+            digests: Vec::with_capacity(texts.len()),
+            ends: Vec::with_capacity(texts.len()),
+            ids: Vec::new(),
             data: Vec::with_capacity(texts.len() * model.dims),
         };
-        for row in &tokens {
-            match model.embed(row, |t| v.idf[t as usize]) {
+        for text in texts {
+            let d = digest(text);
+            match (previous, known.get(&d)) {
+                (Some(p), Some(&i)) => v.ids.extend_from_slice(p.tokens(i)),
+                _ => v.ids.extend(
+                    model
+                        .tokens_cached(text, &mut cache)
+                        .into_iter()
+                        .filter_map(|t| u16::try_from(t).ok()),
+                ),
+            }
+            v.digests.push(d);
+            v.ends.push(v.ids.len() as u32);
+        }
+        v.count();
+        for i in 0..v.len() {
+            match model.embed(v.tokens(i), &v.idf) {
                 Some((q, s)) => {
                     v.data.extend(q.iter().map(|&x| x as u8));
                     v.scale.push(s);
@@ -239,8 +276,31 @@ impl RowVectors {
         v
     }
 
+    /// Row `i`'s tokens.
+    fn tokens(&self, i: usize) -> &[u16] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.ids[start..self.ends[i] as usize]
+    }
+
+    /// `df` and `idf` from the rows' tokens.
+    fn count(&mut self) {
+        let mut seen = Vec::new();
+        for i in 0..self.ends.len() {
+            seen.clear();
+            seen.extend_from_slice(self.tokens(i));
+            seen.sort_unstable();
+            seen.dedup();
+            for &t in &seen {
+                if let Some(n) = self.df.get_mut(t as usize) {
+                    *n += 1;
+                }
+            }
+        }
+        self.idf = idf(self.ends.len() as u32, &self.df);
+    }
+
     pub fn len(&self) -> usize {
-        self.scale.len()
+        self.ends.len()
     }
 
     pub fn dims(&self) -> usize {
@@ -248,7 +308,7 @@ impl RowVectors {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.scale.is_empty()
+        self.ends.is_empty()
     }
 
     /// Every row with a cosine to `text` of at least `floor`, best first, at most `limit`:
@@ -261,9 +321,11 @@ impl RowVectors {
         floor: f32,
     ) -> Vec<(usize, f32)> {
         let tokens = model.tokens(text);
-        let Some((q, qs)) = model.embed(&tokens, |t| {
-            self.idf.get(t as usize).copied().unwrap_or(0.0)
-        }) else {
+        let tokens: Vec<u16> = tokens
+            .into_iter()
+            .filter_map(|t| u16::try_from(t).ok())
+            .collect();
+        let Some((q, qs)) = model.embed(&tokens, &self.idf) else {
             return Vec::new();
         };
         let q16: Vec<i16> = q.iter().map(|&x| i16::from(x)).collect();
@@ -303,25 +365,27 @@ impl RowVectors {
         self.scan(q, qs, floor, best, |q, row| unsafe { dot_avx2(q, row) });
     }
 
-    /// `b"CAPDIRSV"`, u32 version, dims, rows counted, tokens, rows stored; u32 df[tokens];
-    /// f32 scale[rows]; i8 vector[rows][dims]. Little-endian.
+    /// `b"CAPDIRSV"`, u32 version, dims, stored rows; per row f32 scale, u64 text digest,
+    /// u32 end of its tokens; u16 token ids; i8 vector[rows][dims]. Little-endian. The token
+    /// frequencies are counted again from the tokens when the file is read.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(28 + 4 * (self.df.len() + self.len()) + self.data.len());
+        let n = self.len();
+        let mut out = Vec::with_capacity(20 + 16 * n + 2 * self.ids.len() + self.data.len());
         out.extend_from_slice(ROWS_MAGIC);
-        for n in [
-            ROWS_VERSION,
-            self.dims as u32,
-            self.rows,
-            self.df.len() as u32,
-            self.len() as u32,
-        ] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-        for d in &self.df {
-            out.extend_from_slice(&d.to_le_bytes());
+        for x in [ROWS_VERSION, self.dims as u32, n as u32] {
+            out.extend_from_slice(&x.to_le_bytes());
         }
         for s in &self.scale {
             out.extend_from_slice(&s.to_le_bytes());
+        }
+        for d in &self.digests {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        for e in &self.ends {
+            out.extend_from_slice(&e.to_le_bytes());
+        }
+        for t in &self.ids {
+            out.extend_from_slice(&t.to_le_bytes());
         }
         out.extend_from_slice(&self.data);
         out
@@ -350,26 +414,13 @@ impl RowVectors {
             bail!("row-vectors version {version}; this capdir reads {ROWS_VERSION}: rebuild");
         }
         let dims = u32_at(&bytes, 12)? as usize;
-        let rows = u32_at(&bytes, 16)?;
-        let tokens = u32_at(&bytes, 20)? as usize;
-        let stored = u32_at(&bytes, 24)? as usize;
-        let sizes = (|| {
-            let df_end = 28usize.checked_add(tokens.checked_mul(4)?)?;
-            let scale_end = df_end.checked_add(stored.checked_mul(4)?)?;
-            Some((
-                df_end,
-                scale_end,
-                scale_end.checked_add(stored.checked_mul(dims)?)?,
-            ))
-        })();
-        let Some((df_end, scale_end, total)) = sizes.filter(|_| dims > 0) else {
-            bail!("row-vectors header is impossible (dims {dims}, {stored} rows)");
-        };
-        if bytes.len() != total {
-            bail!(
-                "row-vectors file is {} bytes, not what its header says",
-                bytes.len()
-            );
+        let n = u32_at(&bytes, 16)? as usize;
+        let vocab = model()?.scale.len();
+        // Every size below is at most 16 × a u32: no overflow on a 64-bit usize.
+        let (scales, digests, ends) = (20, 20 + 4 * n, 20 + 12 * n);
+        let ids_at = 20 + 16 * n;
+        if dims == 0 || bytes.len() < ids_at {
+            bail!("row-vectors header is impossible (dims {dims}, {n} rows)");
         }
         let words = |range: std::ops::Range<usize>| {
             bytes[range]
@@ -377,24 +428,50 @@ impl RowVectors {
                 .map(|b| [b[0], b[1], b[2], b[3]])
                 .collect::<Vec<_>>()
         };
-        let df: Vec<u32> = words(28..df_end)
-            .into_iter()
-            .map(u32::from_le_bytes)
-            .collect();
-        let scale = words(df_end..scale_end)
+        let scale: Vec<f32> = words(scales..digests)
             .into_iter()
             .map(f32::from_le_bytes)
             .collect();
-        bytes.drain(..scale_end);
+        let digest_list: Vec<u64> = bytes[digests..ends]
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            .collect();
+        let end_list: Vec<u32> = words(ends..ids_at)
+            .into_iter()
+            .map(u32::from_le_bytes)
+            .collect();
+        let total = end_list.last().copied().unwrap_or(0) as usize;
+        if end_list.windows(2).any(|w| w[0] > w[1]) {
+            bail!("row-vectors token offsets go backwards");
+        }
+        let data_at = ids_at + 2 * total;
+        if Some(bytes.len()) != n.checked_mul(dims).and_then(|v| v.checked_add(data_at)) {
+            bail!(
+                "row-vectors file is {} bytes, not what its header says",
+                bytes.len()
+            );
+        }
+        let ids: Vec<u16> = bytes[ids_at..data_at]
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        if ids.iter().any(|&t| t as usize >= vocab) {
+            bail!("row-vectors name a token the model does not have");
+        }
+        bytes.drain(..data_at);
         bytes.shrink_to_fit();
-        Ok(RowVectors {
+        let mut v = RowVectors {
             dims,
-            rows,
-            idf: idf(rows, &df),
-            df,
+            df: vec![0; vocab],
+            idf: Vec::new(),
             scale,
+            digests: digest_list,
+            ends: end_list,
+            ids,
             data: bytes,
-        })
+        };
+        v.count();
+        Ok(v)
     }
 
     pub fn read(path: &Path) -> Result<RowVectors> {
@@ -404,7 +481,10 @@ impl RowVectors {
 
     /// The heap the vectors take, for reports.
     pub fn heap_bytes(&self) -> usize {
-        self.data.len() + 4 * (self.scale.len() + self.df.len() + self.idf.len())
+        self.data.len()
+            + 2 * self.ids.len()
+            + 16 * self.len()
+            + 4 * (self.df.len() + self.idf.len())
     }
 }
 
@@ -553,8 +633,8 @@ mod tests {
         fn any_bytes_load_or_fail(mut bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200), header in proptest::option::of(proptest::collection::vec(proptest::num::u32::ANY, 5))) {
             if let Some(h) = header {
                 let mut b = b"CAPDIRSV".to_vec();
-                b.extend_from_slice(&1u32.to_le_bytes());
-                for n in &h[1..] {
+                b.extend_from_slice(&2u32.to_le_bytes());
+                for n in &h[3..] {
                     b.extend_from_slice(&n.to_le_bytes());
                 }
                 b.extend_from_slice(&bytes);
@@ -577,12 +657,38 @@ mod tests {
         }
     }
 
+    /// A rebuild that reuses the previous file's tokens writes what a cold build writes.
+    #[test]
+    fn a_rebuild_from_the_previous_file_is_a_cold_build() {
+        let m = model().unwrap();
+        let before = [
+            "hash a text with sha256",
+            "weather forecast for a city",
+            "send an email",
+        ]
+        .map(String::from);
+        let after = [
+            "hash a text with sha256",
+            "weather forecast for a town",
+            "send an email",
+            "list files",
+        ]
+        .map(String::from);
+        let previous =
+            RowVectors::from_bytes(&RowVectors::build(m, &before, None).to_bytes()).unwrap();
+        let cold = RowVectors::build(m, &after, None).to_bytes();
+        assert_eq!(
+            RowVectors::build(m, &after, Some(&previous)).to_bytes(),
+            cold
+        );
+    }
+
     #[test]
     fn the_file_round_trips_and_refuses_damage() {
         let m = model().unwrap();
         let texts =
             ["hash a text with sha256", "", "weather forecast for a city"].map(String::from);
-        let v = RowVectors::build(m, &texts);
+        let v = RowVectors::build(m, &texts, None);
         let bytes = v.to_bytes();
         let back = RowVectors::from_bytes(&bytes).unwrap();
         assert_eq!(back.to_bytes(), bytes);
