@@ -2,7 +2,7 @@
 //!
 //! One folder per stage (ARCHITECTURE.md draws the map): a [`row`] is read and [`check`]ed;
 //! [`build`] compiles the rows into a site with a [`search`] index; [`invoke`] runs one row by
-//! key; [`access`] says who may; [`dispatch`] is the one path every call takes (the gate, the
+//! key; [`access`] says who may; [`import`] writes rows from what exists (MCP servers); [`dispatch`] is the one path every call takes (the gate, the
 //! runner, the receipt in the [`ledger`]); [`serve`] speaks HTTP and MCP; [`cli`] is the
 //! command line.
 
@@ -11,6 +11,7 @@ pub mod build;
 pub mod check;
 pub mod cli;
 pub mod dispatch;
+pub mod import;
 pub mod invoke;
 pub mod ledger;
 pub mod row;

@@ -7,6 +7,7 @@ mod breaker;
 mod build;
 mod check;
 mod eval;
+mod import_mcp;
 mod invoke;
 mod ledger;
 mod mcp;
@@ -42,6 +43,9 @@ enum Command {
     Eval(eval::Args),
     /// Write a scaffold row to fill in.
     New(new::Args),
+    /// Write rows from what already exists.
+    #[command(subcommand)]
+    Import(Import),
     /// Invoke one row by key and print its result; exit 1 when it fails or is refused.
     Invoke(invoke::Args),
     /// Run the dispatcher: ask, contracts, invoke with durable receipts, the static site.
@@ -58,6 +62,14 @@ enum Command {
     Breaker(breaker::Args),
 }
 
+/// What `capdir import` writes rows from.
+#[derive(Subcommand)]
+enum Import {
+    /// One row per tool of an MCP server (a command after `--`, or --url), each forwarding its
+    /// call to that tool (`runner: mcp`).
+    Mcp(import_mcp::Args),
+}
+
 /// Parse the command line and run the command; errors print their cause chain and exit 2.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
@@ -67,6 +79,7 @@ pub fn run() -> ExitCode {
         Command::Ask(a) => ask::run(a),
         Command::Eval(a) => eval::run(a),
         Command::New(a) => new::run(a),
+        Command::Import(Import::Mcp(a)) => import_mcp::run(a),
         Command::Invoke(a) => invoke::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Mcp(a) => mcp::run(a),

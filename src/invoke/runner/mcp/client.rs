@@ -6,7 +6,7 @@
 //! (`mcp:spawn`, `mcp:connect`, `mcp:timeout`, `mcp:closed`, `mcp:rpc`, `mcp:protocol`), so a
 //! server that hangs or dies is an answer, never a hang. A server started as a command leads a
 //! process group of its own, killed (the group, so `npx`'s child goes too) when the
-//! `Connection` is dropped.
+//! `Connection` is dropped, and on Linux is killed by the kernel if capdir dies first.
 
 use crate::invoke::outcome::Failure;
 use crate::invoke::runner::USER_AGENT;
@@ -126,6 +126,20 @@ impl Connection {
         // Its own group, so killing it takes what it started (`npx` runs the server as a child).
         #[cfg(unix)]
         cmd.process_group(0);
+        // And if capdir itself is killed (no Drop runs), the kernel kills the server: a server
+        // that ignores the end of its input would otherwise outlive the dispatcher. (Linux
+        // sends it when the spawning thread ends: here a runtime's worker or the main thread.)
+        #[cfg(target_os = "linux")]
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl(2),
+        // which is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let (child, stderr) = TokioChildProcess::builder(cmd)
             .stderr(std::process::Stdio::piped())
             .spawn()
