@@ -2,7 +2,7 @@
 //!
 //! One folder per stage (ARCHITECTURE.md draws the map): a [`row`] is read and [`check`]ed;
 //! [`build`] compiles the rows into a site with a [`search`] index; [`invoke`] runs one row by
-//! key; [`access`] says who may; [`dispatch`] is the one path every call takes (the gate, the
+//! key; [`access`] says who may; [`import`] writes rows from what exists (MCP servers); [`dispatch`] is the one path every call takes (the gate, the
 //! runner, the receipt in the [`ledger`]); [`serve`] speaks HTTP and MCP; [`cli`] is the
 //! command line; [`import`] makes rows from what already exists (OpenAPI documents).
 

@@ -173,6 +173,11 @@ fn troubleshooting(row: &Row) -> Vec<String> {
         "`missing_args`: send at least as many `|`-separated pieces as the ARGS line names.".into(),
     ];
     match row.kind {
+        RowType::Http if row.is_mcp() => {
+            t.push("`ERR:mcp:tool_error:`: the tool ran and reported an error; its text says why (often the arguments).".into());
+            t.push("`ERR:mcp:timeout:`, `ERR:mcp:closed:`, `ERR:mcp:spawn:`, `ERR:mcp:connect:`: the MCP server did not answer in time, exited, could not be started or reached; retry later or tell the operator.".into());
+            t.push("`ERR:mcp:rpc:`: the server refused the request (a JSON-RPC error, e.g. an unknown tool): the row may be out of date; re-import the server.".into());
+        }
         RowType::Fn => t.push(format!(
             "`ERR:fn:{}:…`: the builtin refused its input; check each argument against ARGS.",
             row.target.trim()
@@ -270,6 +275,8 @@ impl Contract {
     pub fn read_only(row: &Row) -> bool {
         match row.kind {
             RowType::Fn => true,
+            // An MCP tool's own readOnlyHint is a hint from the server, not a promise.
+            RowType::Http if row.is_mcp() => false,
             RowType::Http => HttpTarget::parse(&row.target).is_ok_and(|t| t.is_read_only()),
             _ => false,
         }

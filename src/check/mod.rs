@@ -14,6 +14,7 @@ use crate::row::catalogue::SourceFile;
 use crate::row::credential::Credential;
 use crate::row::diag::{Diagnostic, did_you_mean};
 use crate::row::flow;
+use crate::row::mcp::{McpServer, McpTarget};
 use crate::row::target::HttpTarget;
 use crate::row::{self, Row, RowType, is_category, is_valid_key, line_col};
 use std::collections::{BTreeMap, HashMap};
@@ -145,6 +146,9 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
     if row.kind != RowType::Flow && row.target.trim().is_empty() {
         let what = match row.kind {
             RowType::Fn => "the builtin's name, e.g. `target: sha256`",
+            RowType::Http if row.is_mcp() => {
+                "the MCP server and tool, e.g. `target: mcp+stdio:npx -y @scope/server@1.0.0#TOOL`"
+            }
             RowType::Http => "`METHOD url`, e.g. `target: GET https://api.example.com/items/$1`",
             _ => "the model id, e.g. `target: gw:openai/gpt-4o-mini`",
         };
@@ -190,15 +194,21 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
         ));
     }
     match row.kind {
+        _ if row.is_mcp() => check_mcp(row, &mut d),
         RowType::Fn if !row.target.trim().is_empty() => check_fn(row, &mut d),
         RowType::Http if !row.target.trim().is_empty() => {
             if let Err(e) = HttpTarget::parse(&row.target) {
+                let help = if McpTarget::looks_like(&row.target) {
+                    "this is an MCP target: add `runner: mcp` so the MCP runner calls it".into()
+                } else {
+                    e.help
+                };
                 d.push(Diagnostic::error(
                     p,
                     s.value("target"),
                     "bad_http_target",
                     e.message,
-                    e.help,
+                    help,
                 ));
             }
         }
@@ -223,14 +233,22 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
             "start `content` with `# WHAT: <one line saying what this does>`",
         ));
     }
-    if let Err(e) = Credential::parse(&row.auth) {
-        d.push(Diagnostic::error(
+    match Credential::parse(&row.auth) {
+        Err(e) => d.push(Diagnostic::error(
             p,
             s.value("auth"),
             e.code,
             e.message,
             e.help,
-        ));
+        )),
+        Ok(Some(Credential::Env { .. })) if !row.is_mcp() => d.push(Diagnostic::error(
+            p,
+            s.value("auth"),
+            "bad_auth_for_runner",
+            "`env:` hands variables to an MCP server started as a command; this row starts none",
+            "use bearer:ENV, basic:ENV, headers:{\"Header\":\"$ENV\"} or query:param=ENV",
+        )),
+        Ok(_) => {}
     }
     if !row.category.is_empty() && !is_category(&row.category) {
         d.push(Diagnostic::error(
@@ -295,17 +313,7 @@ fn check_fn(row: &Row, d: &mut Vec<Diagnostic>) {
     }
     let at = s.content_at(row.parsed.payload_line);
     // Slots outside strings (`[$1]`) are legal in the template; check the shape with them filled.
-    let probe = vec!["0".to_string(); crate::row::template::highest_slot(payload)];
-    let filled = crate::row::template::render(
-        payload,
-        crate::row::template::Context::Json,
-        crate::row::template::Vars {
-            args: &probe,
-            ..Default::default()
-        },
-    )
-    .unwrap_or_default();
-    match serde_json::from_str::<serde_json::Value>(&filled) {
+    match probe_json(payload) {
         Ok(serde_json::Value::Array(_)) => {}
         Ok(_) => d.push(Diagnostic::error(
             p,
@@ -329,6 +337,92 @@ fn check_fn(row: &Row, d: &mut Vec<Diagnostic>) {
             r#"write the payload as a JSON array, e.g. `["$1", "$2"]`"#,
         )),
     }
+}
+
+/// A `runner: mcp` row: a `type: http` row (a call to a server), an MCP target, a payload that
+/// is the arguments' JSON object template if there is one, and a credential its server can take.
+fn check_mcp(row: &Row, d: &mut Vec<Diagnostic>) {
+    let (p, s) = (&row.path, &row.spans);
+    if row.kind != RowType::Http {
+        d.push(Diagnostic::error(
+            p,
+            s.value("type"),
+            "runner_type_mismatch",
+            format!(
+                "`runner: mcp` forwards a call to an MCP server; this is a `{}` row",
+                row.kind.as_str()
+            ),
+            "set `type: http`: a call to a server, as the contract, the gate and MCP hints treat it",
+        ));
+    }
+    if row.target.trim().is_empty() {
+        return;
+    }
+    let target = match McpTarget::parse(&row.target) {
+        Ok(t) => t,
+        Err(e) => {
+            d.push(Diagnostic::error(
+                p,
+                s.value("target"),
+                "bad_mcp_target",
+                e.message,
+                e.help,
+            ));
+            return;
+        }
+    };
+    let payload = row.payload().trim();
+    if !payload.is_empty() {
+        let at = s.content_at(row.parsed.payload_line);
+        if !matches!(probe_json(payload), Ok(serde_json::Value::Object(_))) {
+            d.push(Diagnostic::error(
+                p,
+                at,
+                "bad_mcp_payload",
+                "an mcp row's payload is the tool's arguments: a JSON object template",
+                r#"write `{"message": "$1"}`, or leave the payload out to send the arguments input_schema names"#,
+            ));
+        }
+    }
+    let credential = Credential::parse(&row.auth).ok().flatten();
+    let wrong = match (&target.server, &credential) {
+        (McpServer::Stdio { .. }, Some(c)) if !matches!(c, Credential::Env { .. }) => Some((
+            format!(
+                "`{}:` applies to HTTP requests; this server is started as a command",
+                c.form()
+            ),
+            "hand the server its secret in its environment: `auth: env:MY_SERVICE_TOKEN`",
+        )),
+        (McpServer::Http { .. }, Some(Credential::Env { .. })) => Some((
+            "`env:` hands variables to a server started as a command; this one is reached over HTTP".to_string(),
+            "use bearer:ENV, basic:ENV, headers:{\"Header\":\"$ENV\"} or query:param=ENV",
+        )),
+        _ => None,
+    };
+    if let Some((message, help)) = wrong {
+        d.push(Diagnostic::error(
+            p,
+            s.value("auth"),
+            "bad_auth_for_runner",
+            message,
+            help,
+        ));
+    }
+}
+
+/// A JSON template as it reads with every `$N` filled (slots outside strings are legal).
+fn probe_json(payload: &str) -> Result<serde_json::Value, serde_json::Error> {
+    let probe = vec!["0".to_string(); crate::row::template::highest_slot(payload)];
+    let filled = crate::row::template::render(
+        payload,
+        crate::row::template::Context::Json,
+        crate::row::template::Vars {
+            args: &probe,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_default();
+    serde_json::from_str(&filled)
 }
 
 fn check_schema_and_examples(row: &Row, d: &mut Vec<Diagnostic>) {

@@ -1,4 +1,4 @@
-//! `capdir import openapi FILE|URL`: fetch or read the document, let `import` plan the rows,
+//! `capdir import openapi FILE|URL` (and `import mcp`, in `import_mcp`): fetch or read the document, let `import` plan the rows,
 //! write them, and report what could not be mapped: per operation on standard error, the
 //! summary on standard output (or everything as one JSON document with `--json`).
 
@@ -21,6 +21,9 @@ enum Source {
     /// One `http` row per operation of an OpenAPI document (3.0, 3.1 or Swagger 2.0; JSON or
     /// YAML). Re-importing the same document changes nothing.
     Openapi(OpenApi),
+    /// One row per tool of an MCP server (a command after `--`, or --url), each forwarding its
+    /// call to that tool (`runner: mcp`).
+    Mcp(super::import_mcp::Args),
 }
 
 #[derive(clap::Args)]
@@ -68,6 +71,7 @@ const MAX_DOCUMENT_BYTES: usize = 256 * 1024 * 1024;
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     match a.source {
         Source::Openapi(o) => openapi(o),
+        Source::Mcp(m) => super::import_mcp::run(m),
     }
 }
 

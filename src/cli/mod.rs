@@ -8,6 +8,7 @@ mod build;
 mod check;
 mod eval;
 mod import;
+mod import_mcp;
 mod invoke;
 mod ledger;
 mod mcp;
@@ -43,7 +44,7 @@ enum Command {
     Eval(eval::Args),
     /// Write a scaffold row to fill in.
     New(new::Args),
-    /// Write rows from what already exists: `import openapi FILE|URL`.
+    /// Write rows from what already exists: `import openapi FILE|URL`, `import mcp`.
     Import(import::Args),
     /// Invoke one row by key and print its result; exit 1 when it fails or is refused.
     Invoke(invoke::Args),

@@ -54,7 +54,8 @@ struct Limits {
     /// Invocations running at once before new ones get 503 with Retry-After.
     #[arg(long, default_value_t = 1024)]
     max_inflight: usize,
-    /// How long an http row's upstream may take (e.g. 30s); agent rows get four times this.
+    /// How long an http row's upstream (or an MCP tool call) may take (e.g. 30s); agent rows
+    /// get four times this.
     #[arg(long, value_name = "DURATION", value_parser = parse_seconds)]
     upstream_timeout: Option<u64>,
     /// The most bytes read from an upstream response (http rows cut there; agent rows fail).
@@ -150,10 +151,12 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         if let Some(secs) = limits.upstream_timeout {
             config.http.timeout = std::time::Duration::from_secs(secs);
             config.agent.timeout = std::time::Duration::from_secs(secs.saturating_mul(4));
+            config.mcp.timeout = std::time::Duration::from_secs(secs);
         }
         if let Some(cap) = limits.response_cap {
             config.http.max_body_bytes = cap;
             config.agent.max_body_bytes = cap;
+            config.mcp.max_output_bytes = cap;
         }
         tracing::info!(
             body_limit = limits.body_limit,

@@ -560,11 +560,13 @@ pub fn checked_receipt_id(id: &str) -> Result<&str, DispatchError> {
     }
 }
 
-/// An upstream that did not answer within the runner's timeout (`ERR:http:fetch:timed out…`).
+/// An upstream that did not answer within the runner's timeout (`ERR:http:fetch:timed out…`,
+/// `ERR:mcp:timeout:…`).
 fn is_timeout(failure: &crate::invoke::outcome::Failure) -> bool {
-    failure.code.ends_with(":fetch")
-        && (failure.detail.starts_with("timed out")
-            || failure.detail.starts_with("connect timed out"))
+    failure.code == "mcp:timeout"
+        || (failure.code.ends_with(":fetch")
+            && (failure.detail.starts_with("timed out")
+                || failure.detail.starts_with("connect timed out")))
 }
 
 /// One call at the gate: what a refusal's receipt is made of.

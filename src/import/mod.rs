@@ -1,5 +1,6 @@
 //! Rows from what already exists: an OpenAPI document (Swagger 2.0, OpenAPI 3.0 or 3.1, JSON
-//! or YAML) becomes one `http` row per operation.
+//! or YAML) becomes one `http` row per operation; an MCP server's tools become one
+//! `runner: mcp` row each (`mcp`).
 //!
 //! A pure stage: the document's text and the catalogue directory's files come in; the files
 //! to write and delete and a report of everything that could not be mapped go out. The
@@ -18,6 +19,7 @@ pub mod docstring;
 pub mod document;
 pub mod draft;
 pub mod key;
+pub mod mcp;
 pub mod operation;
 mod plan;
 mod provenance;

@@ -20,6 +20,7 @@ use crate::invoke::runner::agent::{AgentConfig, AgentRunner};
 use crate::invoke::runner::flow::FlowRunner;
 use crate::invoke::runner::fn_runner::FnRunner;
 use crate::invoke::runner::http::{HttpConfig, HttpRunner};
+use crate::invoke::runner::mcp::{McpConfig, McpRunner};
 use crate::invoke::runner::{Call, Environment, Runner};
 use crate::row::args::{self, object_to_positional, positional_to_object, split_body};
 use serde_json::{Map, Value as Json};
@@ -47,6 +48,7 @@ impl Input {
 pub struct InvokerConfig {
     pub http: HttpConfig,
     pub agent: AgentConfig,
+    pub mcp: McpConfig,
     pub breaker: Option<Breaker>,
     pub env: Environment,
     /// The build's search index, for an agent's `ask` meta tool; without it an agent that
@@ -61,6 +63,7 @@ impl InvokerConfig {
         Ok(InvokerConfig {
             http: HttpConfig::default(),
             agent: AgentConfig::from_env()?,
+            mcp: McpConfig::default(),
             breaker: Some(breaker),
             env: Environment::Process,
             search: None,
@@ -98,6 +101,7 @@ impl Invoker {
             Arc::new(HttpRunner::new(config.http)?),
             Arc::new(AgentRunner::new(config.agent)?),
             Arc::new(FlowRunner),
+            Arc::new(McpRunner::new(config.mcp)),
         ];
         Ok(Invoker {
             inner: Arc::new(Inner {

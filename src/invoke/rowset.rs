@@ -13,6 +13,7 @@ use crate::row::catalogue;
 use crate::row::credential::{Credential, CredentialError};
 use crate::row::diag::{self, Format};
 use crate::row::flow::{self, Flow, FlowError};
+use crate::row::mcp::McpTarget;
 use crate::row::target::{HttpTarget, TargetError};
 use crate::row::{Row, RowType};
 use std::collections::HashMap;
@@ -31,6 +32,8 @@ pub struct Callable {
     pub flow: Option<Result<Flow, FlowError>>,
     /// `http` rows: the parsed `METHOD url`.
     pub http_target: Option<Result<HttpTarget, TargetError>>,
+    /// `runner: mcp` rows: the parsed server and tool.
+    pub mcp_target: Option<Result<McpTarget, TargetError>>,
     /// The parsed `auth`.
     pub credential: Result<Option<Credential>, CredentialError>,
     /// The contract fingerprint (DESIGN.md §5), computed once: every receipt names it.
@@ -41,7 +44,9 @@ impl Callable {
     pub fn new(row: Row) -> Callable {
         let schema = row.input_schema.as_ref().map(ArgSchema::compile);
         let flow = (row.kind == RowType::Flow).then(|| flow::parse(row.payload()));
-        let http_target = (row.kind == RowType::Http).then(|| HttpTarget::parse(&row.target));
+        let http_target =
+            (row.kind == RowType::Http && !row.is_mcp()).then(|| HttpTarget::parse(&row.target));
+        let mcp_target = row.is_mcp().then(|| McpTarget::parse(&row.target));
         let needed_args = needed_args(&row);
         let credential = Credential::parse(&row.auth);
         Callable {
@@ -51,6 +56,7 @@ impl Callable {
             needed_args,
             flow,
             http_target,
+            mcp_target,
             credential,
         }
     }

@@ -56,6 +56,8 @@ pub fn needed_args(row: &Row) -> usize {
     // as text); the user message carries the arguments, so it needs no slots filled.
     match row.kind {
         RowType::Agent => 0,
+        // An MCP target is no template; its payload, if any, is the arguments' JSON template.
+        RowType::Http if row.is_mcp() => highest_slot(row.payload()),
         RowType::Http => highest_slot(row.payload()).max(highest_slot(&row.target)),
         RowType::Fn | RowType::Flow => highest_slot(row.payload()),
     }

@@ -1,7 +1,9 @@
 //! Credentials a row names: how to apply a secret held in an environment variable.
 //!
 //! A row never holds a secret, only the variable's name (`bearer:GITHUB_TOKEN`). This module
-//! parses the four forms of DESIGN.md §1 once, for `check` and for the http runner alike.
+//! parses the four forms of DESIGN.md §1 once, for `check` and for the http runner alike, and
+//! a fifth for MCP servers started as commands: `env:NAME,NAME`, the variables handed to the
+//! server's process.
 
 use serde::Serialize;
 
@@ -17,6 +19,9 @@ pub enum Credential {
     Headers { headers: Vec<(String, String)> },
     /// `query:param=ENV` → `?param=$ENV`.
     Query { param: String, env: String },
+    /// `env:A,B`: these variables are put into the environment of an MCP server the row starts
+    /// as a command (`runner: mcp`, `mcp+stdio:`), and nothing else of the dispatcher's.
+    Env { names: Vec<String> },
 }
 
 /// Why an `auth` string could not be read; `code` is a stable check code.
@@ -27,7 +32,7 @@ pub struct CredentialError {
     pub help: String,
 }
 
-pub const PREFIXES: &[&str] = &["bearer", "basic", "headers", "query"];
+pub const PREFIXES: &[&str] = &["bearer", "basic", "headers", "query", "env"];
 
 /// An environment-variable name: `[A-Z_][A-Z0-9_]*`.
 pub fn is_env_name(s: &str) -> bool {
@@ -105,6 +110,13 @@ impl Credential {
                     env: env.to_string(),
                 }))
             }
+            "env" => {
+                let names: Vec<String> = rest.split(',').map(|n| n.trim().to_string()).collect();
+                if let Some(bad) = names.iter().find(|n| !is_env_name(n)) {
+                    return Err(bad_env(bad, "env"));
+                }
+                Ok(Some(Credential::Env { names }))
+            }
             "headers" => {
                 let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(rest)
                     .map_err(|e| CredentialError {
@@ -155,6 +167,7 @@ impl Credential {
             Credential::Headers { headers } => {
                 headers.iter().flat_map(|(_, v)| env_refs(v)).collect()
             }
+            Credential::Env { names } => names.clone(),
         }
     }
 
@@ -169,6 +182,7 @@ impl Credential {
             Credential::Basic { .. } => "basic",
             Credential::Headers { .. } => "headers",
             Credential::Query { .. } => "query",
+            Credential::Env { .. } => "env",
         }
     }
 }
@@ -255,6 +269,16 @@ mod tests {
         );
         assert_eq!(
             Credential::parse("bearer:").unwrap_err().code,
+            "bad_auth_env"
+        );
+        let e = Credential::parse("env:GITHUB_TOKEN, NPM_TOKEN")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.envs(), vec!["GITHUB_TOKEN", "NPM_TOKEN"]);
+        assert_eq!(e.form(), "env");
+        assert_eq!(Credential::parse("env:").unwrap_err().code, "bad_auth_env");
+        assert_eq!(
+            Credential::parse("env:A,lower").unwrap_err().code,
             "bad_auth_env"
         );
     }

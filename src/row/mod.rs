@@ -12,6 +12,7 @@ pub mod catalogue;
 pub mod credential;
 pub mod diag;
 pub mod flow;
+pub mod mcp;
 pub mod route;
 pub mod target;
 pub mod template;
@@ -60,8 +61,9 @@ pub enum RowType {
 }
 
 /// The runners a row may name in `runner` (which overrides the one its type infers); the
-/// invoker has one of each.
-pub const RUNNERS: [&str; 4] = ["fn", "http", "agent", "flow"];
+/// invoker has one of each. `mcp` is named only: it forwards a `type: http` row's call to a
+/// tool of an MCP server (`row::mcp`).
+pub const RUNNERS: [&str; 5] = ["fn", "http", "agent", "flow", mcp::RUNNER];
 
 impl RowType {
     pub const ALL: [RowType; 4] = [RowType::Fn, RowType::Http, RowType::Agent, RowType::Flow];
@@ -308,6 +310,11 @@ impl Row {
         } else {
             &self.runner
         }
+    }
+
+    /// Does this row forward its calls to a tool of an MCP server (`runner: mcp`)?
+    pub fn is_mcp(&self) -> bool {
+        self.runner == mcp::RUNNER
     }
 
     /// Is `tool` among the tools of this agent row: enabled, visible to planners, not the agent

@@ -7,7 +7,8 @@
 //! header credential cannot be carried to another host. Responses are read up to a size cap.
 
 use super::{
-    Call, Ran, RunFuture, Runner, USER_AGENT, fetch_reason, read_capped, scrub, truncate_chars,
+    Call, Environment, Ran, RunFuture, Runner, USER_AGENT, fetch_reason, read_capped, scrub,
+    truncate_chars,
 };
 use crate::invoke::outcome::Failure;
 use crate::row::credential::{Credential, expand_env};
@@ -141,7 +142,7 @@ pub fn prepare(call: &Call<'_>) -> Result<Prepared, Failure> {
     let mut headers = HeaderMap::new();
     let mut secrets = Vec::new();
     if let Some(c) = credential {
-        apply_credential(c, call, &mut url, &mut headers, &mut secrets)?;
+        apply_credential(c, call.invoker.env(), &mut url, &mut headers, &mut secrets)?;
     }
 
     let payload = row.payload();
@@ -212,14 +213,14 @@ fn header_value(value: &str, env_names: &str) -> Result<HeaderValue, Failure> {
     Ok(v)
 }
 
-fn apply_credential(
+/// Apply `credential` to a request (the `mcp` runner applies it to its HTTP sessions too).
+pub(super) fn apply_credential(
     credential: &Credential,
-    call: &Call<'_>,
+    env: &Environment,
     url: &mut Url,
     headers: &mut HeaderMap,
     secrets: &mut Vec<String>,
 ) -> Result<(), Failure> {
-    let env = call.invoker.env();
     match credential {
         Credential::Bearer { env: name } => {
             let token = env.require(name)?;
@@ -258,6 +259,12 @@ fn apply_credential(
             let value = env.require(name)?;
             url.query_pairs_mut().append_pair(param, &value);
             secrets.push(value);
+        }
+        Credential::Env { .. } => {
+            return Err(Failure::new(
+                "auth:bad",
+                "`env:` hands variables to an MCP server started as a command, not to a request",
+            ));
         }
     }
     Ok(())

@@ -1,4 +1,5 @@
-//! Runners: the four ways a row executes (DESIGN.md §3), behind one trait.
+//! Runners: the four ways a row executes (DESIGN.md §3), and the `mcp` runner a row may name
+//! in `runner:`, behind one trait.
 //!
 //! The invoker does everything that is the same for every row — find it, map and validate the
 //! arguments, time it, classify the result — and hands a runner only the row and its positional
@@ -9,6 +10,7 @@ pub mod agent;
 pub mod flow;
 pub mod fn_runner;
 pub mod http;
+pub mod mcp;
 
 use crate::invoke::Input;
 use crate::invoke::Invoker;
