@@ -108,6 +108,19 @@ impl Invoker {
         &self.inner.rows
     }
 
+    /// The same runners, breaker and environment over another set of rows: how a dispatcher
+    /// serves a row written a moment ago without building its HTTP clients again.
+    pub fn with_rows(&self, rows: RowSet) -> Invoker {
+        Invoker {
+            inner: Arc::new(Inner {
+                rows,
+                runners: self.inner.runners.clone(),
+                breaker: self.inner.breaker.clone(),
+                env: self.inner.env.clone(),
+            }),
+        }
+    }
+
     pub fn breaker(&self) -> &Breaker {
         &self.inner.breaker
     }

@@ -8,6 +8,7 @@
 
 pub mod ask;
 pub mod eval;
+pub mod update;
 
 use crate::row::Row;
 use anyhow::{Context as _, Result};
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
 use tantivy::tokenizer::{
@@ -103,6 +105,9 @@ pub struct Hit {
 struct Fields {
     /// The row's position in `rows.json`: fast field, read per hit.
     ord: Field,
+    /// The key as it is, untokenised: how an incremental rebuild finds the document of a row
+    /// it replaces or removes (`update`). Indexes built before it existed lack it.
+    id: Option<Field>,
     key: Field,
     what: Field,
     more: Field,
@@ -117,6 +122,7 @@ fn schema() -> (Schema, Fields) {
     );
     let fields = Fields {
         ord: b.add_u64_field("ord", tantivy::schema::FAST),
+        id: Some(b.add_text_field("id", tantivy::schema::STRING)),
         key: b.add_text_field("key", text.clone()),
         what: b.add_text_field("what", text.clone()),
         more: b.add_text_field("more", text),
@@ -132,6 +138,7 @@ fn fields_of(schema: &Schema) -> Result<Fields> {
     };
     Ok(Fields {
         ord: f("ord")?,
+        id: schema.get_field("id").ok(),
         key: f("key")?,
         what: f("what")?,
         more: f("more")?,
@@ -240,10 +247,12 @@ pub struct Searcher {
     fields: Fields,
     /// Every indexed term, with a bit per field that holds it: query terms the index lacks
     /// never become clauses, which keeps long questions cheap.
-    vocabulary: std::collections::HashMap<String, (u8, u32)>,
-    rows: Vec<RowMeta>,
+    vocabulary: Arc<Terms>,
+    /// The rows by their `ord`. A row an incremental rebuild replaced or removed keeps its
+    /// place, with an empty key (its document is deleted, so no hit names it).
+    rows: Arc<Vec<RowMeta>>,
     /// Key → position in `rows`, for `meta` on the ask path.
-    by_key: std::collections::HashMap<String, usize>,
+    by_key: Arc<std::collections::HashMap<String, usize>>,
     boosts: Boosts,
     analyzer: TextAnalyzer,
 }
@@ -252,24 +261,38 @@ fn add_rows(index: &Index, fields: &Fields, rows: &[&Row]) -> Result<()> {
     let mut writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 50_000_000)?;
     let vocabulary = vocabulary(rows);
     for (i, r) in rows.iter().enumerate() {
-        let d = r.doc();
-        writer.add_document(doc!(
-            fields.ord => i as u64,
-            fields.key => key_words(&r.key, &vocabulary),
-            fields.what => d.what.clone().unwrap_or_default(),
-            fields.more => [
-                d.when_to_use.as_deref().unwrap_or(""),
-                d.args.as_deref().unwrap_or(""),
-                d.output.as_deref().unwrap_or(""),
-                &r.category.replace('-', " "),
-                &r.asks.join("\n"),
-            ]
-            .join("\n"),
-        ))?;
+        writer.add_document(document(fields, r, i as u64, &vocabulary))?;
     }
     writer.commit()?;
     writer.wait_merging_threads()?;
     Ok(())
+}
+
+/// The document of `row` at position `ord` of `rows.json`.
+fn document(
+    fields: &Fields,
+    r: &Row,
+    ord: u64,
+    vocabulary: &HashSet<String>,
+) -> tantivy::TantivyDocument {
+    let d = r.doc();
+    let mut doc = doc!(
+        fields.ord => ord,
+        fields.key => key_words(&r.key, vocabulary),
+        fields.what => d.what.clone().unwrap_or_default(),
+        fields.more => [
+            d.when_to_use.as_deref().unwrap_or(""),
+            d.args.as_deref().unwrap_or(""),
+            d.output.as_deref().unwrap_or(""),
+            &r.category.replace('-', " "),
+            &r.asks.join("\n"),
+        ]
+        .join("\n"),
+    );
+    if let Some(id) = fields.id {
+        doc.add_text(id, &r.key);
+    }
+    doc
 }
 
 /// The rows an index holds: enabled ones, in key order.
@@ -355,12 +378,18 @@ fn make_deterministic(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Key → the row's place in `rows.json`, its last place when an incremental rebuild moved
+/// it; the empty places of removed rows left out.
 fn positions(rows: &[RowMeta]) -> std::collections::HashMap<String, usize> {
     rows.iter()
         .enumerate()
+        .filter(|(_, m)| !m.key.is_empty())
         .map(|(i, m)| (m.key.clone(), i))
         .collect()
 }
+
+/// Every indexed term: a bit per field that holds it, and its largest document frequency.
+type Terms = std::collections::HashMap<String, (u8, u32)>;
 
 impl Fields {
     /// The searchable text fields, in the order of their bits in the vocabulary.
@@ -370,10 +399,7 @@ impl Fields {
 }
 
 /// Term → (a bit per field holding it, its largest document frequency in any field).
-fn term_fields(
-    reader: &IndexReader,
-    fields: &Fields,
-) -> Result<std::collections::HashMap<String, (u8, u32)>> {
+fn term_fields(reader: &IndexReader, fields: &Fields) -> Result<Terms> {
     let mut vocabulary = std::collections::HashMap::new();
     let searcher = reader.searcher();
     for segment in searcher.segment_readers() {
@@ -401,13 +427,18 @@ impl Searcher {
         index.tokenizers().register(ANALYZER, analyzer());
         let fields = fields_of(&index.schema())?;
         let rows: Vec<RowMeta> = serde_json::from_slice(&std::fs::read(dir.join("rows.json"))?)?;
-        let reader = index.reader()?;
+        // Reloaded never by itself: its `rows` are those of the build it was opened on, and an
+        // incremental rebuild changes the index in place (a new `Searcher` serves the change).
+        let reader = index
+            .reader_builder()
+            .reload_policy(tantivy::ReloadPolicy::Manual)
+            .try_into()?;
         Ok(Searcher {
-            vocabulary: term_fields(&reader, &fields)?,
+            vocabulary: Arc::new(term_fields(&reader, &fields)?),
             reader,
             fields,
-            by_key: positions(&rows),
-            rows,
+            by_key: Arc::new(positions(&rows)),
+            rows: Arc::new(rows),
             boosts: Boosts::default(),
             analyzer: analyzer(),
         })
@@ -422,15 +453,16 @@ impl Searcher {
         add_rows(&index, &fields, &rows)?;
         let reader = index.reader()?;
         Ok(Searcher {
-            vocabulary: term_fields(&reader, &fields)?,
+            vocabulary: Arc::new(term_fields(&reader, &fields)?),
             reader,
             fields,
-            by_key: rows
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (r.key.clone(), i))
-                .collect(),
-            rows: rows.iter().map(|r| meta(r)).collect(),
+            by_key: Arc::new(
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.key.clone(), i))
+                    .collect(),
+            ),
+            rows: Arc::new(rows.iter().map(|r| meta(r)).collect()),
             boosts: Boosts::default(),
             analyzer: analyzer(),
         })
@@ -446,12 +478,13 @@ impl Searcher {
         self.by_key.get(key).and_then(|&i| self.rows.get(i))
     }
 
+    /// The rows an ask may answer with.
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.by_key.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.by_key.is_empty()
     }
 
     /// The analysed terms of a query, each once.
