@@ -186,18 +186,34 @@ struct Renderer<'t> {
     inline: HashMap<String, String>,
 }
 
-/// The context every contract's pages share. Of the build it holds only capdir's version,
-/// not the commit: a row's pages change only when the row, its history or the catalogue's
-/// counts do, and a template asking for the commit fails the build rather than being
-/// linked from a previous site where the commit was another.
+/// The context every contract's and tombstone's pages share. It holds nothing of the
+/// catalogue as a whole: not the commit (a template asking for it fails the build rather
+/// than being linked from a previous site where the commit was another), and not the counts
+/// (the site's summary and the search box's placeholder say none on these pages). So a
+/// row's pages change only when the row or its history does: adding or removing another row
+/// rewrites no other row's pages, which is what lets an incremental rebuild (a row written
+/// through the dispatcher) touch the pages of the rows it changed and no others.
 fn contract_context(common: &Common) -> Result<tera::Context> {
-    let mut ctx = context(common, "../")?;
+    let mut ctx = tera::Context::new();
+    ctx.insert(
+        "site",
+        &SiteMeta {
+            title: common.site.title.clone(),
+            summary: SUMMARY.into(),
+        },
+    );
+    ctx.insert("repo_url", &common.repo_url);
+    ctx.insert("dispatcher", &common.dispatcher);
+    ctx.insert("root", "../");
     ctx.insert(
         "build",
         &json!({"capdir_version": common.build.capdir_version}),
     );
     Ok(ctx)
 }
+
+/// What the catalogue is, without its counts (the index page says how many).
+const SUMMARY: &str = "Capabilities an agent can ask for in plain words, read as a small contract, and invoke by key with a receipt. Kept as data in Git.";
 
 /// Where a site keeps, per row, a digest of all its contract files were made from.
 pub const PAGE_INPUTS: &str = ".page-inputs";
@@ -426,7 +442,7 @@ pub fn write_tombstone(out: &Path, tera: &Tera, common: &Common, t: &Tombstone) 
     let mut md_ctx = tera::Context::new();
     md_ctx.insert("t", t);
     let md = tera.render("tombstone.md", &md_ctx)?;
-    let mut ctx = context(common, "../")?;
+    let mut ctx = contract_context(common)?;
     ctx.insert("t", t);
     ctx.insert("history", &t.history);
     let removed_url = t
