@@ -226,6 +226,49 @@ pub fn write(dir: &Path, commit: &str, previous: Option<&Path>) -> Result<Manife
     Ok(manifest)
 }
 
+/// The manifest of a site changed in place (an incremental rebuild): the previous one with
+/// the files at `touched` (paths relative to the site) hashed again, or dropped when gone,
+/// for `commit`; replaced whole. Without a previous manifest, every file is hashed.
+pub fn update(
+    site: &Path,
+    commit: &str,
+    touched: &std::collections::BTreeSet<String>,
+) -> Result<Manifest> {
+    let Some(before) = Manifest::read(site) else {
+        return write(site, commit, None);
+    };
+    let mut files: std::collections::BTreeMap<String, Entry> = before
+        .files
+        .into_iter()
+        .map(|e| (e.path.clone(), e))
+        .collect();
+    for rel in touched.iter().filter(|r| is_safe_path(r) && *r != FILE) {
+        let path = site.join(rel);
+        if path.is_file() {
+            let (size, sha256) = sha256_file(&path)?;
+            files.insert(
+                rel.clone(),
+                Entry {
+                    path: rel.clone(),
+                    size,
+                    sha256,
+                },
+            );
+        } else {
+            files.remove(rel);
+        }
+    }
+    let manifest = Manifest {
+        format: FORMAT,
+        commit: commit.to_string(),
+        capdir: env!("CARGO_PKG_VERSION").to_string(),
+        files: files.into_values().collect(),
+    };
+    let text = serde_json::to_string(&manifest)? + "\n";
+    crate::build::incremental::replace(&site.join(FILE), text.as_bytes())?;
+    Ok(manifest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
