@@ -192,6 +192,7 @@ async fn the_document_describes_every_route_and_answer() {
         aud: "http://127.0.0.1:8080".into(),
         keys: vec!["GOOD_ECHO".into()],
         categories: vec![],
+        write: vec![],
         risk: Risk::Low,
         pin: None,
         body: None,

@@ -176,6 +176,7 @@ fn claims(keys: &[&str]) -> Claims {
         aud: BASE.into(),
         keys: keys.iter().map(|k| k.to_string()).collect(),
         categories: vec![],
+        write: vec![],
         risk: Risk::Low,
         pin: None,
         body: None,
