@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod row;
 pub mod search;
 pub mod serve;
+pub mod write;
 
 /// Threads worth running at once for CPU-bound work: the machine's cores, 1 when unknown.
 pub fn cores() -> usize {

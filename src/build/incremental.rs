@@ -311,6 +311,12 @@ impl Built {
         &self.out
     }
 
+    /// Whether the site on disk is still the one this model holds (no other build replaced
+    /// it since).
+    pub fn holds_site(&self) -> bool {
+        self.index.is_in(&self.out.join("index"))
+    }
+
     /// The catalogue directory.
     pub fn catalogue(&self) -> &Path {
         &self.catalogue
@@ -752,9 +758,14 @@ pub struct Updated {
 /// the pages and the history cache. `Ok(None)` when a full build is needed (and why is
 /// logged).
 pub fn build(opts: &Options) -> Result<Option<Updated>, BuildError> {
+    Ok(catch_up(opts)?.map(|(_, updated)| updated))
+}
+
+/// [`build`], keeping the site it changed open for more changes.
+pub fn catch_up(opts: &Options) -> Result<Option<(Built, Updated)>, BuildError> {
     let started = Instant::now();
     let (mut built, delta) = match Built::open(opts)? {
-        Opened::Ready(b, d) => (b, d),
+        Opened::Ready(b, d) => (*b, d),
         Opened::Full(why) => {
             tracing::info!(reason = %why, "full build");
             return Ok(None);
@@ -774,7 +785,7 @@ pub fn build(opts: &Options) -> Result<Option<Updated>, BuildError> {
     let changed = delta.len();
     let same_commit = head.as_ref().is_none_or(|h| h.sha == built.commit());
     if delta.is_empty() && same_commit {
-        return Ok(Some(Updated { changed, steps }));
+        return Ok(Some((built, Updated { changed, steps })));
     }
     let clock = Instant::now();
     let applied = built.apply(delta, None, head.as_deref())?;
@@ -798,7 +809,27 @@ pub fn build(opts: &Options) -> Result<Option<Updated>, BuildError> {
     let clock = Instant::now();
     built.save_history()?;
     steps.push(("history", clock.elapsed(), "cache saved".into()));
-    Ok(Some(Updated { changed, steps }))
+    Ok(Some((built, Updated { changed, steps })))
+}
+
+/// The site of `opts` brought up to the catalogue (changed in place, or built anew) and
+/// held open for changes: what a dispatcher that writes rows starts from.
+pub fn open_current(opts: &Options) -> Result<Built, BuildError> {
+    match catch_up(opts) {
+        Ok(Some((built, _))) => return Ok(built),
+        Ok(None) => {}
+        Err(BuildError::Check(d)) => return Err(BuildError::Check(d)),
+        Err(BuildError::Other(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "changing the site in place failed; building it anew");
+        }
+    }
+    crate::build::run(opts)?;
+    match Built::open(opts)? {
+        Opened::Ready(built, _) => Ok(*built),
+        Opened::Full(why) => Err(BuildError::Other(anyhow::anyhow!(
+            "the site just built cannot be changed in place: {why}"
+        ))),
+    }
 }
 
 fn short(sha: &str) -> &str {

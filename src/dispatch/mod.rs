@@ -164,6 +164,16 @@ impl Dispatcher {
         &self.site
     }
 
+    /// The dispatcher's public URL: the audience its tokens must name.
+    pub fn audience(&self) -> &str {
+        &self.audience
+    }
+
+    /// The site's current build, loaded from disk (what a reload would swap in).
+    pub fn load_live(&self) -> anyhow::Result<Live> {
+        Live::load(&self.site, &self.config)
+    }
+
     /// The catalogue requests see now.
     pub fn live(&self) -> Arc<Live> {
         self.live.load_full()

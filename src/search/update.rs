@@ -109,6 +109,12 @@ impl IndexState {
         self.by_key.len()
     }
 
+    /// Whether the index in `dir` is this one (no other build replaced it since).
+    pub fn is_in(&self, dir: &Path) -> bool {
+        let on_disk = std::fs::read(dir.join(META)).ok();
+        on_disk.is_some() && on_disk == self.dir.atomic_read(Path::new(META)).ok()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }
