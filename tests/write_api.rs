@@ -90,12 +90,13 @@ impl Served {
         self.git(&["rev-parse", "HEAD"])
     }
 
-    /// HEAD, the index file's bytes and `git status`: what a failed write must leave alone.
-    fn state(&self) -> (String, Vec<u8>, String) {
+    /// HEAD, the index file (its digest) and `git status`: what a failed write must leave
+    /// alone.
+    fn state(&self) -> (String, String, String) {
         let index = std::fs::read(self.repo.path().join(".git/index")).expect("index");
         (
             self.head(),
-            index,
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&index)),
             self.git(&["status", "--porcelain", "--untracked-files=all"]),
         )
     }

@@ -162,6 +162,9 @@ pub struct Built {
     tera: tera::Tera,
     /// Files changed since the manifest was last written, relative to the site.
     touched: BTreeSet<String>,
+    /// What the rules across rows say of `rows`, when a gate has worked it out (the write
+    /// path keeps it from one write to the next).
+    pub across: Option<Vec<crate::row::diag::Diagnostic>>,
 }
 
 impl std::fmt::Debug for Built {
@@ -302,6 +305,7 @@ impl Built {
             tombstones: tombs,
             tera: site::tera()?,
             touched: BTreeSet::new(),
+            across: None,
         };
         Ok(Opened::Ready(Box::new(built), delta))
     }
@@ -383,6 +387,8 @@ impl Built {
             .map(|r| r.key.clone())
             .chain(delta.removed.iter().cloned())
             .collect();
+        // The caller says what the rules across the changed rows are, when it knows.
+        self.across = None;
         for key in &delta.removed {
             self.rows.remove(key);
         }

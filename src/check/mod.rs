@@ -654,12 +654,14 @@ pub struct FileChange<'a> {
 /// must stay clean, and so must every other row (removing a flow's step breaks the flow); a
 /// row that already failed may change as long as it gets no worse. The asks of the other
 /// rows are not searched again: a new row that outranks them is for `capdir check` in CI to
-/// find, which searches every ask.
+/// find, which searches every ask. `base_across`, when known (the last change's `across`),
+/// spares going over every row of the base again.
 pub fn check_change(
     base: &[&Row],
     change: FileChange,
     searchers: (&crate::search::Searcher, &crate::search::Searcher),
-) -> Vec<Diagnostic> {
+    base_across: Option<&[Diagnostic]>,
+) -> ChangeChecked {
     let file_of = |r: &Row| r.path.file_name().map(|n| n.to_owned());
     let changed_name = change.path.file_name().map(|n| n.to_owned());
     let own = |bytes: Option<&[u8]>, searcher: &crate::search::Searcher| {
@@ -679,7 +681,10 @@ pub fn check_change(
     };
     let (_, mut before) = own(change.before, searchers.0);
     let (after_row, mut after) = own(change.after, searchers.1);
-    before.extend(check_across(base));
+    match base_across {
+        Some(known) => before.extend_from_slice(known),
+        None => before.extend(check_across(base)),
+    }
     let mut rows: Vec<&Row> = base
         .iter()
         .copied()
@@ -689,13 +694,26 @@ pub fn check_change(
         rows.push(r);
     }
     rows.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.path.cmp(&b.path)));
-    after.extend(check_across(&rows));
+    let across = check_across(&rows);
+    after.extend_from_slice(&across);
     let changed = changed_name.and_then(|n| n.to_str().map(str::to_string));
     demote_legacy(&mut after, &before, &|file| {
         Some(file) != changed.as_deref()
     });
     crate::row::diag::sort(&mut after);
-    after
+    ChangeChecked {
+        diagnostics: after,
+        across,
+    }
+}
+
+/// What [`check_change`] found: every diagnostic of the catalogue after the change (the
+/// base rule applied), and the rules across rows of that catalogue alone, which are the
+/// next change's `base_across` when this one is made.
+#[derive(Debug, Default)]
+pub struct ChangeChecked {
+    pub diagnostics: Vec<Diagnostic>,
+    pub across: Vec<Diagnostic>,
 }
 
 /// The asks gate: every ask of an enabled row must rank that row in the top [`ASK_TOP`] of

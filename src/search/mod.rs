@@ -400,23 +400,43 @@ impl Fields {
 
 /// Term → (a bit per field holding it, its largest document frequency in any field).
 fn term_fields(reader: &IndexReader, fields: &Fields) -> Result<Terms> {
-    let mut vocabulary = std::collections::HashMap::new();
+    let mut vocabulary = Terms::new();
+    add_term_fields(&mut vocabulary, reader, fields, &|_| true)?;
+    Ok(vocabulary)
+}
+
+/// Add the terms of the segments `wanted` says to read to `vocabulary`.
+fn add_term_fields(
+    vocabulary: &mut Terms,
+    reader: &IndexReader,
+    fields: &Fields,
+    wanted: &dyn Fn(&tantivy::index::SegmentId) -> bool,
+) -> Result<()> {
     let searcher = reader.searcher();
     for segment in searcher.segment_readers() {
+        if !wanted(&segment.segment_id()) {
+            continue;
+        }
         for (bit, field) in fields.text().into_iter().enumerate() {
             let inverted = segment.inverted_index(field)?;
             let mut terms = inverted.terms().stream()?;
             while terms.advance() {
                 if let Ok(t) = std::str::from_utf8(terms.key()) {
                     let df = terms.value().doc_freq;
-                    let e = vocabulary.entry(t.to_string()).or_insert((0u8, 0u32));
-                    e.0 |= 1 << bit;
-                    e.1 = e.1.max(df);
+                    match vocabulary.get_mut(t) {
+                        Some(e) => {
+                            e.0 |= 1 << bit;
+                            e.1 = e.1.max(df);
+                        }
+                        None => {
+                            vocabulary.insert(t.to_string(), (1 << bit, df));
+                        }
+                    }
                 }
             }
         }
     }
-    Ok(vocabulary)
+    Ok(())
 }
 
 impl Searcher {

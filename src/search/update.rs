@@ -16,8 +16,8 @@
 //! accumulate, so the index does not slow down.
 
 use super::{
-    ANALYZER, Fields, RowMeta, Searcher, Terms, analyzer, document, fields_of, indexable, meta,
-    positions, term_fields, vocabulary,
+    ANALYZER, Fields, RowMeta, Searcher, Terms, add_term_fields, analyzer, document, fields_of,
+    indexable, meta, positions, term_fields, vocabulary,
 };
 use crate::row::Row;
 use anyhow::{Context as _, Result, bail};
@@ -177,9 +177,15 @@ impl IndexState {
         merge_if_worth_it(&index, &mut writer)?;
         writer.garbage_collect_files().wait()?;
         writer.wait_merging_threads()?;
+        // The terms known, and those of the segments this change made (a deleted document's
+        // terms stay: so they do in the index's term dictionary until a merge).
+        let known: HashSet<tantivy::index::SegmentId> =
+            self.index.searchable_segment_ids()?.into_iter().collect();
         let reader = index.reader()?;
+        let mut terms = (*self.terms).clone();
+        add_term_fields(&mut terms, &reader, &self.fields, &|id| !known.contains(id))?;
         Ok(IndexState {
-            terms: Arc::new(term_fields(&reader, &self.fields)?),
+            terms: Arc::new(terms),
             index,
             dir: ram,
             fields: self.fields.clone(),

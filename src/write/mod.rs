@@ -679,7 +679,7 @@ impl Writer {
         laps.lap("index staged");
         let base: Vec<&Row> = built.rows().collect();
         let before_bytes = at_head.as_ref().map(|(_, b)| b.as_slice());
-        let mut diagnostics = check_change(
+        let checked = check_change(
             &base,
             FileChange {
                 path: &display,
@@ -687,7 +687,9 @@ impl Writer {
                 after: after.as_deref(),
             },
             (&searchers.0, &searchers.1),
+            built.across.as_deref(),
         );
+        let mut diagnostics = checked.diagnostics;
         if let Op::Delete {
             replaced_by: Some(r),
         } = &request.op
@@ -776,6 +778,8 @@ impl Writer {
         let site = built.out().to_path_buf();
         let live = self.dispatcher.update(|live| -> anyhow::Result<_> {
             let applied = built.apply(delta, Some(staged), Some(&prepared.info))?;
+            // What the gate found across the rows is what they are now.
+            built.across = Some(checked.across);
             tracing::debug!(steps = ?applied.steps, "applied");
             let next = if reopened {
                 self.dispatcher.load_live()?
