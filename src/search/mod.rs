@@ -275,12 +275,27 @@ fn document(
     ord: u64,
     vocabulary: &HashSet<String>,
 ) -> tantivy::TantivyDocument {
-    let d = r.doc();
+    let [key, what, more] = document_text(r, vocabulary);
     let mut doc = doc!(
         fields.ord => ord,
-        fields.key => key_words(&r.key, vocabulary),
-        fields.what => d.what.clone().unwrap_or_default(),
-        fields.more => [
+        fields.key => key,
+        fields.what => what,
+        fields.more => more,
+    );
+    if let Some(id) = fields.id {
+        doc.add_text(id, &r.key);
+    }
+    doc
+}
+
+/// The text a row's document indexes: its key's words, its WHAT, and the rest (when to use,
+/// arguments, output, category and asks).
+fn document_text(r: &Row, vocabulary: &HashSet<String>) -> [String; 3] {
+    let d = r.doc();
+    [
+        key_words(&r.key, vocabulary),
+        d.what.clone().unwrap_or_default(),
+        [
             d.when_to_use.as_deref().unwrap_or(""),
             d.args.as_deref().unwrap_or(""),
             d.output.as_deref().unwrap_or(""),
@@ -288,11 +303,7 @@ fn document(
             &r.asks.join("\n"),
         ]
         .join("\n"),
-    );
-    if let Some(id) = fields.id {
-        doc.add_text(id, &r.key);
-    }
-    doc
+    ]
 }
 
 /// The rows an index holds: enabled ones, in key order.

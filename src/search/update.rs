@@ -16,8 +16,8 @@
 //! accumulate, so the index does not slow down.
 
 use super::{
-    ANALYZER, Fields, RowMeta, Searcher, Terms, add_term_fields, analyzer, document, fields_of,
-    indexable, meta, positions, term_fields, vocabulary,
+    ANALYZER, Fields, RowMeta, Searcher, Terms, add_term_fields, analyzer, document, document_text,
+    fields_of, indexable, meta, positions, term_fields, vocabulary,
 };
 use crate::row::Row;
 use anyhow::{Context as _, Result, bail};
@@ -49,6 +49,17 @@ pub struct IndexState {
     /// The words run-together key parts are split by.
     words: Arc<HashSet<String>>,
     terms: Arc<Terms>,
+    /// Key → a digest of the text its document indexes: a row changed in nothing the index
+    /// holds (its examples, its flags) keeps its document, and the index its statistics.
+    texts: Arc<HashMap<String, u64>>,
+}
+
+/// A digest of the text a row's document would index.
+fn text_digest(row: &Row, words: &HashSet<String>) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::hash::DefaultHasher::new();
+    document_text(row, words).hash(&mut h);
+    h.finish()
 }
 
 impl std::fmt::Debug for IndexState {
@@ -93,6 +104,8 @@ impl IndexState {
             return Ok(None);
         }
         let reader = index.reader()?;
+        let indexed = indexable(rows);
+        let words = vocabulary(&indexed);
         Ok(Some(IndexState {
             terms: Arc::new(term_fields(&reader, &fields)?),
             index,
@@ -100,7 +113,13 @@ impl IndexState {
             fields: Arc::new(fields),
             by_key: Arc::new(positions(&metas)),
             rows: Arc::new(metas),
-            words: Arc::new(vocabulary(&indexable(rows))),
+            texts: Arc::new(
+                indexed
+                    .iter()
+                    .map(|r| (r.key.clone(), text_digest(r, &words)))
+                    .collect(),
+            ),
+            words: Arc::new(words),
         }))
     }
 
@@ -124,6 +143,37 @@ impl IndexState {
     /// copy in memory: `self` is unchanged, and nothing is written anywhere.
     pub fn change(&self, upserts: &[&Row], removed: &[&str]) -> Result<IndexState> {
         let id = self.fields.id.context("the index has no id field")?;
+        // A row whose indexed text is the same keeps its document; only what `rows.json`
+        // says of it (its rank, its example) is brought up to date.
+        let mut kept: Vec<&Row> = Vec::new();
+        let mut upserts_changed: Vec<&Row> = Vec::new();
+        for r in upserts.iter().copied() {
+            let indexed = r.enabled && r.planner_visible;
+            let same = indexed
+                && self.by_key.contains_key(&r.key)
+                && self.texts.get(&r.key) == Some(&text_digest(r, &self.words));
+            if same {
+                kept.push(r);
+            } else {
+                upserts_changed.push(r);
+            }
+        }
+        let upserts = upserts_changed.as_slice();
+        let metas_only = |state: &IndexState| -> IndexState {
+            let mut rows = (*state.rows).clone();
+            for r in &kept {
+                if let Some(&at) = state.by_key.get(&r.key) {
+                    rows[at] = meta(r);
+                }
+            }
+            IndexState {
+                rows: Arc::new(rows),
+                ..state.clone()
+            }
+        };
+        if upserts.is_empty() && !removed.iter().any(|k| self.by_key.contains_key(*k)) {
+            return Ok(metas_only(self));
+        }
         let ram = RamDirectory::create();
         for name in managed_files(&self.dir)? {
             let bytes = self.dir.atomic_read(&name)?;
@@ -141,12 +191,14 @@ impl IndexState {
         let mut rows = (*self.rows).clone();
         let mut by_key = (*self.by_key).clone();
         let mut words = self.words.clone();
+        let mut texts = (*self.texts).clone();
         let gone = removed
             .iter()
             .copied()
             .chain(upserts.iter().map(|r| r.key.as_str()));
         for key in gone {
             writer.delete_term(Term::from_field_text(id, key));
+            texts.remove(key);
             if let Some(at) = by_key.remove(key) {
                 rows[at] = RowMeta {
                     key: String::new(),
@@ -172,6 +224,7 @@ impl IndexState {
             writer.add_document(document(&self.fields, row, ord as u64, &words))?;
             rows.push(meta(row));
             by_key.insert(row.key.clone(), ord);
+            texts.insert(row.key.clone(), text_digest(row, &words));
         }
         writer.commit()?;
         merge_if_worth_it(&index, &mut writer)?;
@@ -184,7 +237,7 @@ impl IndexState {
         let reader = index.reader()?;
         let mut terms = (*self.terms).clone();
         add_term_fields(&mut terms, &reader, &self.fields, &|id| !known.contains(id))?;
-        Ok(IndexState {
+        Ok(metas_only(&IndexState {
             terms: Arc::new(terms),
             index,
             dir: ram,
@@ -192,7 +245,8 @@ impl IndexState {
             rows: Arc::new(rows),
             by_key: Arc::new(by_key),
             words,
-        })
+            texts: Arc::new(texts),
+        }))
     }
 
     /// A searcher over this index.
@@ -347,6 +401,17 @@ mod tests {
             assert_eq!(best(&disk, ask), best(&s, ask), "{ask}");
         }
         assert_eq!(best(&disk, "temperature kelvin"), None);
+        // A change the index does not hold (examples, a rank) keeps every document: the
+        // statistics BM25 scores with stay what they were.
+        let mut ranked = row("ALPHA_ONE", "Translate a sentence into French.");
+        ranked.examples = vec!["bonjour".into()];
+        ranked.planner_rank = 5;
+        let same = next.change(&[&ranked], &[]).expect("change");
+        assert_eq!(
+            same.index.searchable_segment_ids().expect("ids"),
+            next.index.searchable_segment_ids().expect("ids")
+        );
+        assert_eq!(same.rows[same.by_key["ALPHA_ONE"]].planner_rank, 5);
         // Writing over an index that is not the one changed from is refused.
         assert!(next.write(&at, &state).is_err());
         // Many changes in a row merge their segments and still answer.

@@ -894,6 +894,22 @@ fn commit_message(request: &Request, change: ChangeKind, patched: &[String]) -> 
     message
 }
 
+/// How long the pages thread waits after a write before it starts, so a burst of writes
+/// gets one run.
+const PAGES_DELAY: Duration = Duration::from_millis(50);
+
+/// Give the calling thread a lower scheduling priority (Linux `setpriority` on the thread),
+/// best effort: on a machine with few cores the listing pages, which can wait, then leave the
+/// cores to writes and invocations, which a caller waits for.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take no pointers; a failure only leaves the priority.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
 /// The thread that writes the listing pages after writes: each wake-up takes every write
 /// that came meanwhile.
 fn write_pages(
@@ -901,7 +917,10 @@ fn write_pages(
     jobs: &std::sync::mpsc::Receiver<()>,
     done: &tokio::sync::watch::Sender<u64>,
 ) {
+    lower_priority();
     while jobs.recv().is_ok() {
+        // Writes that come together get one run.
+        std::thread::sleep(PAGES_DELAY);
         while jobs.try_recv().is_ok() {}
         let pages = match built.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             Some(b) => b.pages(),
