@@ -701,23 +701,31 @@ impl Pages {
             .collect();
         categories.sort();
         categories.dedup();
-        let tera = site::tera()?;
-        site::write_pages(
-            scratch,
-            &tera,
-            &common,
-            &rows,
-            &self.listings,
-            &self.tombstones,
-        )?;
-        site::write_projections(
-            scratch,
-            &rows,
-            &common,
-            &self.urls,
-            &categories,
-            &self.prints,
-        )?;
+        // The pages and the projections side by side, as a full build writes them.
+        std::thread::scope(|s| -> Result<()> {
+            let projections = s.spawn(|| {
+                site::write_projections(
+                    scratch,
+                    &rows,
+                    &common,
+                    &self.urls,
+                    &categories,
+                    &self.prints,
+                )
+            });
+            let tera = site::tera()?;
+            site::write_pages(
+                scratch,
+                &tera,
+                &common,
+                &rows,
+                &self.listings,
+                &self.tombstones,
+            )?;
+            projections
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the projections thread panicked")))
+        })?;
         let mut written = BTreeSet::new();
         let mut dirs = vec![scratch.to_path_buf()];
         while let Some(dir) = dirs.pop() {

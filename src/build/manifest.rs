@@ -242,21 +242,50 @@ pub fn update(
         .into_iter()
         .map(|e| (e.path.clone(), e))
         .collect();
-    for rel in touched.iter().filter(|r| is_safe_path(r) && *r != FILE) {
-        let path = site.join(rel);
-        if path.is_file() {
-            let (size, sha256) = sha256_file(&path)?;
-            files.insert(
-                rel.clone(),
-                Entry {
-                    path: rel.clone(),
-                    size,
-                    sha256,
-                },
-            );
-        } else {
-            files.remove(rel);
-        }
+    let touched: Vec<&String> = touched
+        .iter()
+        .filter(|r| is_safe_path(r) && *r != FILE)
+        .collect();
+    // Hashed on all cores: the files that list every row are megabytes each.
+    let chunk = touched.len().div_ceil(crate::cores().max(1)).max(1);
+    // A path, and its entry when the file is there.
+    type Hashed = (String, Option<Entry>);
+    let hashed: Result<Vec<Vec<Hashed>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = touched
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|rel| {
+                            let path = site.join(rel);
+                            if !path.is_file() {
+                                return Ok(((*rel).clone(), None));
+                            }
+                            let (size, sha256) = sha256_file(&path)?;
+                            let entry = Entry {
+                                path: (*rel).clone(),
+                                size,
+                                sha256,
+                            };
+                            Ok(((*rel).clone(), Some(entry)))
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))
+            })
+            .collect()
+    });
+    for (rel, entry) in hashed?.into_iter().flatten() {
+        match entry {
+            Some(e) => files.insert(rel, e),
+            None => files.remove(&rel),
+        };
     }
     let manifest = Manifest {
         format: FORMAT,

@@ -577,9 +577,9 @@ impl Writer {
             .map_err(|e| WriteError::unavailable("the catalogue's HEAD cannot be read", e))?;
         // The model must be of this HEAD and of the site on disk: a commit or a build from
         // outside (a `git pull`, `capdir build`) brings it up to date first.
-        let stale = guard.as_ref().is_none_or(|b| {
-            (self.mode == Mode::Direct && head.commit != b.commit()) || !b.holds_site()
-        });
+        let stale = guard
+            .as_ref()
+            .is_none_or(|b| head.commit != b.commit() || !b.holds_site());
         let mut reopened = false;
         if stale {
             *guard = None;
