@@ -410,6 +410,13 @@ async fn the_gate_refuses_a_clean_row_made_dirty_and_lets_a_legacy_row_change() 
             .is_some_and(|h| h.contains("category")),
         "{v}"
     );
+    // A body over the dispatcher's limit is refused before it is read whole.
+    let (status, v) = s.put_yaml("GOOD_ECHO", &"# padding\n".repeat(40_000)).await;
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (413, &json!("body_too_large")),
+        "{v}"
+    );
     // A body that is not YAML says where.
     let (status, v) = s.put_yaml("GOOD_ECHO", "key: GOOD_ECHO\ntype: [fn\n").await;
     assert_eq!(

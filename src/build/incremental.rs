@@ -45,6 +45,9 @@ use std::time::{Duration, Instant};
 /// How a site was made, kept beside it (hidden, so in no manifest).
 pub const MADE_FILE: &str = ".build-options.json";
 
+/// In [`Built::touched`]: every file of the site may have changed.
+const EVERY_FILE: &str = "*";
+
 /// A change of more rows than this (or of a tenth of the catalogue, when that is more) is
 /// made by a full build: past it, rewriting everything costs less than changing in place.
 const MAX_ROWS_CHANGED: usize = 200;
@@ -590,6 +593,12 @@ impl Built {
         }
     }
 
+    /// After listing pages that failed to be written: the next ones hash every file of the
+    /// site into the manifest, since which files the failed run had changed is not known.
+    pub fn pages_failed(&mut self) {
+        self.touched.insert(EVERY_FILE.into());
+    }
+
     /// Save the history this model holds as the site's history cache, so a later build walks
     /// only newer commits.
     pub fn save_history(&self) -> Result<()> {
@@ -662,6 +671,10 @@ impl Pages {
         let _ = std::fs::remove_dir_all(&scratch);
         let mut touched = written?;
         touched.extend(self.touched);
+        if touched.contains(EVERY_FILE) {
+            manifest::write(&self.out, &self.info.commit, None)?;
+            return Ok(started.elapsed());
+        }
         // The index directory's files changed as a whole: list what is there now, and what
         // the manifest had there.
         if touched.remove("index/") {

@@ -928,7 +928,12 @@ fn write_pages(
         };
         match pages.write() {
             Ok(took) => tracing::info!(ms = took.as_millis() as u64, "listing pages written"),
-            Err(e) => tracing::error!(error = %format!("{e:#}"), "listing pages failed"),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "listing pages failed");
+                if let Some(b) = built.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                    b.pages_failed();
+                }
+            }
         }
         done.send_modify(|n| *n += 1);
     }
