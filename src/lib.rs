@@ -3,7 +3,8 @@
 //! One folder per stage (ARCHITECTURE.md draws the map): a [`row`] is read and [`check`]ed;
 //! [`build`] compiles the rows into a site with a [`search`] index; [`invoke`] runs one row by
 //! key; [`access`] says who may; [`dispatch`] is the one path every call takes (the gate, the
-//! runner, the receipt in the [`ledger`]); [`serve`] speaks HTTP and MCP; [`cli`] is the
+//! runner, the receipt in the [`ledger`]); [`write`] makes a row sent over HTTP a Git commit
+//! and changes the served site in place; [`serve`] speaks HTTP and MCP; [`cli`] is the
 //! command line.
 
 pub mod access;
