@@ -418,6 +418,17 @@ async fn the_write_api_answers_as_documented() {
                 0,
             ),
             (
+                "put",
+                write(
+                    "PUT",
+                    "/api/directory/GOOD_ECHO",
+                    "application/yaml",
+                    &fixture("good/GOOD_ECHO.yaml"),
+                    Some(OWNER),
+                ),
+                200,
+            ),
+            (
                 "patch",
                 write(
                     "PATCH",

@@ -293,6 +293,20 @@ async fn a_created_row_is_a_commit_served_on_the_next_request() {
         "{r}"
     );
 
+    // The row sent again as it is: nothing to commit.
+    let (status, same) = s
+        .put_yaml(
+            "SHOUT_BACK",
+            &new_row("SHOUT_BACK", "Shouts its input back."),
+        )
+        .await;
+    assert_eq!(
+        (status, &same["change"]),
+        (200, &json!("unchanged")),
+        "{same}"
+    );
+    assert_eq!(same["commit"], commit.as_str());
+    assert_eq!(s.head(), commit);
     // JSON replaces a row too, and a message given is the commit's.
     let (status, v) = s
         .send(

@@ -140,14 +140,15 @@ async fn run(
     Ok(answer(state, &written))
 }
 
-/// 201 with the commit (`direct`: live now), or 202 with the branch pushed for review.
+/// 201 with the commit (`direct`: live now), or 202 with the branch pushed for review; 200
+/// when the row already was what was sent and nothing was committed.
 fn answer(state: &AppState, w: &Written) -> Response {
     let base = &state.inner.base;
     let contract_url = format!("{base}/api/dispatch?key={}&format=markdown", w.key);
     let mut body = json!({
         "key": w.key,
         "mode": w.mode.as_str(),
-        "change": w.change.as_str(),
+        "change": w.change.map_or("unchanged", |c| c.as_str()),
         "commit": w.commit,
         "receipt": w.receipt.draft.id,
         "contract_url": contract_url,
@@ -157,6 +158,8 @@ fn answer(state: &AppState, w: &Written) -> Response {
         body["warnings"] = json!(w.warnings.iter().map(diagnostic).collect::<Vec<_>>());
     }
     let status = match w.mode {
+        // Nothing to commit: the row already was what was sent.
+        _ if w.change.is_none() => StatusCode::OK,
         Mode::Direct => StatusCode::CREATED,
         Mode::Propose => {
             body["branch"] = json!(w.branch);

@@ -5,12 +5,14 @@
 //! One write at a time, in this order; the first step that says no answers, and nothing has
 //! changed on disk, in the index or in Git until the commit lands:
 //!
-//! 1. who may: the owner key, or a token whose write scope covers the key or the row's
+//! 1. the body makes the new file (`body`: a `PUT` as sent, a `PATCH` merged into the file at
+//!    `HEAD`);
+//! 2. who may: the owner key, or a token whose write scope covers the key or the row's
 //!    category before and after (`access::token::check_write`);
-//! 2. the row's file must have no uncommitted changes (`direct`);
-//! 3. the body makes the new file (`body`: a `PUT` as sent, a `PATCH` merged into the file at
-//!    `HEAD`), and the gate judges it as `capdir check --base HEAD` would
-//!    (`check::check_change`, the new row's asks searched in the index as it would be);
+//! 3. the row's file must have no uncommitted changes (`direct`), and the new file must differ
+//!    from the one at `HEAD` (else nothing is committed, and the answer says `unchanged`); the
+//!    gate judges it as `capdir check --base HEAD` would (`check::check_change`, the new row's
+//!    asks searched in the index as it would be);
 //! 4. the commit: on the current branch with the work tree and the index following
 //!    (`direct`), or on a branch `capdir/KEY-…` pushed to `origin` (`propose`);
 //! 5. `direct`: the site changed in place (`build::incremental`) and put live by the
@@ -113,8 +115,9 @@ pub struct Written {
     pub branch: Option<String>,
     /// `propose`: whether the branch was pushed to `origin` (false without one).
     pub pushed: bool,
-    /// What the commit did to the row's file.
-    pub change: ChangeKind,
+    /// What the commit did to the row's file; none when the row was sent as it already was
+    /// and no commit was made (`commit` is then `HEAD`).
+    pub change: Option<ChangeKind>,
     /// The gate's warnings (legacy problems the row keeps).
     pub warnings: Vec<Diagnostic>,
     pub receipt: Receipt,
@@ -323,7 +326,8 @@ struct Done {
     commit: String,
     branch: Option<String>,
     pushed: bool,
-    change: ChangeKind,
+    /// None when the row was sent as it is: no commit was made.
+    change: Option<ChangeKind>,
     fingerprint: String,
     warnings: Vec<Diagnostic>,
 }
@@ -514,7 +518,7 @@ impl Writer {
                     "mode": self.mode.as_str(),
                     "commit": done.commit,
                     "branch": done.branch,
-                    "change": done.change.as_str(),
+                    "change": done.change.map_or("unchanged", ChangeKind::as_str),
                 })
                 .to_string(),
                 done.fingerprint.clone(),
@@ -613,14 +617,6 @@ impl Writer {
                 did_you_mean: self.dispatcher.live().invoker.rows().did_you_mean(key),
             });
         }
-        if self.mode == Mode::Direct
-            && self
-                .catalogue
-                .is_dirty(&path, at_head.as_ref().map(|(id, _)| *id))
-                .map_err(|e| WriteError::unavailable("the work tree cannot be read", e))?
-        {
-            return Err(WriteError::Dirty { path });
-        }
         laps.lap("read");
         // The new file, and what the token gate needs to know of it.
         let (after, fields, patched) = match &request.op {
@@ -652,6 +648,30 @@ impl Writer {
             if let Err(r) = token::check_write(claims, &target) {
                 return Ok(Outcome::Token(r));
             }
+        }
+        if self.mode == Mode::Direct
+            && self
+                .catalogue
+                .is_dirty(&path, at_head.as_ref().map(|(id, _)| *id))
+                .map_err(|e| WriteError::unavailable("the work tree cannot be read", e))?
+        {
+            return Err(WriteError::Dirty { path });
+        }
+        // A row sent as it is makes no commit: nothing changed.
+        if let (Some(after), Some((_, now))) = (&after, &at_head)
+            && after == now
+        {
+            return Ok(Outcome::Done(Box::new(Done {
+                commit: head.commit.to_string(),
+                branch: None,
+                pushed: false,
+                change: None,
+                fingerprint: built
+                    .row(key)
+                    .map(crate::row::call::fingerprint)
+                    .unwrap_or_default(),
+                warnings: Vec::new(),
+            })));
         }
         // The gate, as `capdir check --base HEAD` would judge the catalogue after the write.
         let display = built.catalogue().join(&name);
@@ -751,7 +771,7 @@ impl Writer {
                 commit,
                 branch: Some(branch),
                 pushed: has_origin,
-                change,
+                change: Some(change),
                 fingerprint,
                 warnings,
             })));
@@ -802,7 +822,7 @@ impl Writer {
             commit,
             branch: None,
             pushed: false,
-            change,
+            change: Some(change),
             fingerprint,
             warnings,
         })))
