@@ -21,6 +21,9 @@ use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// How long a write waits for a lock another git holds.
+const LOCK_WAIT: Duration = Duration::from_millis(500);
+
 /// How long `git push` may take.
 const PUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -213,7 +216,9 @@ impl Catalogue {
             name: "HEAD".try_into()?,
             deref: true,
         };
-        let fail = gix::lock::acquire::Fail::Immediately;
+        // Another git (a `git status` refreshing the index) holds a lock for moments: wait a
+        // little for it, then give up with nothing changed.
+        let fail = gix::lock::acquire::Fail::AfterDurationWithBackoff(LOCK_WAIT);
         let branch = match repo.refs.transaction().prepare([head_edit], fail, fail) {
             Ok(t) => t,
             Err(e) => {
