@@ -5,6 +5,7 @@
 #   bench/write.sh [ROWS]        (default 10000 rows with ROWS/10 edits: 11,000 commits)
 #   WRITES=40                    writes per kind
 #   PROFILE=debug                measure a debug build (target/debug) instead of release
+#   CAPDIR=PATH                  measure this capdir binary as it is (nothing is built)
 #   BENCH_OUT=DIR                where the repository and the site live (default
 #                                /tmp/capdir-write-bench; /dev/shm/... keeps disk noise out)
 #
@@ -24,12 +25,16 @@ ROWS="${1:-10000}"
 WRITES="${WRITES:-40}"
 PROFILE="${PROFILE:-release}"
 OUT="${BENCH_OUT:-/tmp/capdir-write-bench}"
-if [ "$PROFILE" = release ]; then
+if [ -n "${CAPDIR:-}" ]; then
+  CAPDIR="$(cd "$(dirname "$CAPDIR")" && pwd)/$(basename "$CAPDIR")"
+  PROFILE="$("$CAPDIR" --version) at $CAPDIR"
+elif [ "$PROFILE" = release ]; then
   cargo build --release --quiet
+  CAPDIR="$PWD/target/release/capdir"
 else
   cargo build -j 1 --quiet
+  CAPDIR="$PWD/target/$PROFILE/capdir"
 fi
-CAPDIR="$PWD/target/$PROFILE/capdir"
 mkdir -p "$OUT"
 repo="$OUT/$ROWS"
 if [ ! -d "$repo/catalogue" ]; then
@@ -49,7 +54,7 @@ site="$work/site"
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 seconds() { /usr/bin/time -f "%e" "$@" 2>&1 >/dev/null | tail -1; }
 
-echo "building the site from nothing ($ROWS rows, $commits commits, $PROFILE build)…" >&2
+echo "building the site from nothing ($ROWS rows, $commits commits, $PROFILE)…" >&2
 cold=$(seconds "$CAPDIR" build catalogue --out "$site")
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -189,7 +194,7 @@ for r in 1 2 3; do
   edit_one "$((r * 7 + 1))"; full+=("$(seconds "$CAPDIR" build catalogue --out "$site" --full)")
 done
 echo
-echo "$ROWS rows, $commits commits, $PROFILE build, in $OUT:"
+echo "$ROWS rows, $commits commits, $PROFILE, in $OUT:"
 echo
 echo "| rebuild after one row changed (git pull) | median s | runs |"
 echo "|---|---|---|"
