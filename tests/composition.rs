@@ -135,6 +135,7 @@ fn token(keys: &[&str], risk: Risk, pin: Option<String>) -> String {
         aud: BASE.into(),
         keys: keys.iter().map(|k| k.to_string()).collect(),
         categories: vec![],
+        write: vec![],
         risk,
         pin,
         body: None,

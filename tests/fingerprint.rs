@@ -108,3 +108,62 @@ fn schema_key_order_does_not_matter() {
     assert_eq!(fingerprint(&row(&a)), fingerprint(&row(&b)));
     assert_ne!(fingerprint(&row(&a)), fingerprint(&row(BASE)));
 }
+
+/// An incremental rebuild recomputes only the fingerprints a change can reach: the rows
+/// changed and those composing them (directly or through others), and agents with tools.
+/// What it recomputes equals what the whole computation gives, a cycle included.
+#[test]
+fn dependents_and_partial_fingerprints_agree_with_the_whole() {
+    use capdir::row::call::{dependents, fingerprints, fingerprints_of};
+    let parse = |key: &str, text: String| {
+        parse_row(Path::new(&format!("{key}.yaml")), text.as_bytes())
+            .row
+            .expect("row parses")
+    };
+    let leaf = |key: &str, target: &str| {
+        parse(
+            key,
+            format!(
+                "key: {key}\ntype: fn\ntarget: {target}\ncategory: text\ncontent: |\n  # WHAT: x\n  [\"$1\"]\n"
+            ),
+        )
+    };
+    let flow = |key: &str, steps: &str| {
+        parse(
+            key,
+            format!(
+                "key: {key}\ntype: flow\ncategory: flows\ncontent: |\n  # WHAT: x\n  {steps}\n"
+            ),
+        )
+    };
+    let rows = vec![
+        leaf("LEAF_A", "echo"),
+        leaf("LEAF_B", "upper"),
+        flow("FLOW_ONE", "LEAF_A: $1"),
+        flow("FLOW_TWO", "FLOW_ONE: $1 > LEAF_B: $PREV"),
+        flow("LOOP_X", "LOOP_Y: $1"),
+        flow("LOOP_Y", "LOOP_X: $1"),
+        flow("UNRELATED", "LEAF_B: $1"),
+    ];
+    let deps = dependents(&rows, &["LEAF_A"]);
+    let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+    assert_eq!(deps, ["FLOW_ONE", "FLOW_TWO", "LEAF_A"]);
+    let deps = dependents(&rows, &["LOOP_Y"]);
+    assert!(
+        deps.contains("LOOP_X") && !deps.contains("UNRELATED"),
+        "{deps:?}"
+    );
+    let whole = fingerprints(&rows);
+    for wanted in [
+        vec!["FLOW_TWO"],
+        vec!["LOOP_Y"],
+        vec!["LOOP_X", "LEAF_A"],
+        vec!["UNRELATED"],
+    ] {
+        let part = fingerprints_of(&rows, Some(&wanted));
+        assert_eq!(part.len(), wanted.len(), "{wanted:?}");
+        for k in &wanted {
+            assert_eq!(part[*k], whole[*k], "{k}");
+        }
+    }
+}

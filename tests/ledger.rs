@@ -352,6 +352,7 @@ fn claims(id: &str) -> Claims {
         aud: "http://x".into(),
         keys: vec!["K".into()],
         categories: vec![],
+        write: vec![],
         risk: Risk::Low,
         pin: None,
         body: Some("fixed \"body\"".into()),

@@ -56,6 +56,8 @@ async fn send(state: &AppState, req: Request<Body>) -> Answer {
 fn operation<'a>(doc: &'a Json, method: &str, path: &str) -> &'a Json {
     let template = if path.starts_with("/receipt/") {
         "/receipt/{id}"
+    } else if path.starts_with("/api/directory/") {
+        "/api/directory/{key}"
     } else {
         path
     };
@@ -166,7 +168,9 @@ async fn the_document_describes_every_route_and_answer() {
     assert!(routed.contains_key("/mcp"), "{routed:?}");
     // And the router answers those methods on those paths, and 405 for every other.
     for (path, methods) in &routed {
-        let uri = path.replace("{id}", "inv_0123");
+        let uri = path
+            .replace("{id}", "inv_0123")
+            .replace("{key}", "GOOD_ECHO");
         for method in ["get", "post", "put", "delete", "patch"] {
             let req = Request::builder()
                 .method(method.to_uppercase().as_str())
@@ -192,6 +196,7 @@ async fn the_document_describes_every_route_and_answer() {
         aud: "http://127.0.0.1:8080".into(),
         keys: vec!["GOOD_ECHO".into()],
         categories: vec![],
+        write: vec![],
         risk: Risk::Low,
         pin: None,
         body: None,
@@ -361,4 +366,160 @@ async fn the_document_describes_every_route_and_answer() {
     .await;
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
     conforms(&doc, "post", "/api/dispatch", &a);
+}
+
+/// The write API's answers, from a dispatcher that takes writes (`--write direct`, then
+/// `propose`): each kind of answer is one the document allows.
+#[tokio::test]
+async fn the_write_api_answers_as_documented() {
+    let doc = capdir::serve::openapi::document("http://127.0.0.1:8080");
+    for mode in [capdir::write::Mode::Direct, capdir::write::Mode::Propose] {
+        let repo = Repo::new();
+        repo.write("GOOD_ECHO.yaml", &fixture("good/GOOD_ECHO.yaml"));
+        repo.write(
+            "OTHER_ROW.yaml",
+            &fn_row("OTHER_ROW", "misc", "Other words."),
+        );
+        repo.commit("Rows", "2024-01-01T10:00:00Z");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ready = capdir::write::Ready::open(
+            mode,
+            Options::new(repo.catalogue(), dir.path().join("site")),
+        )
+        .expect("opened");
+        let ledger = SqliteLedger::open(&dir.path().join("ledger.sqlite")).expect("ledger");
+        let mut s = Settings::new(dir.path().join("site"), Arc::new(ledger));
+        s.owner_key = Some(OWNER.into());
+        s.token_key = Some(TokenKey::from_text(TOKEN_KEY).expect("key"));
+        s.write = Some(ready);
+        let state = AppState::new(s).expect("state");
+        let write = |method: &str, uri: &str, ct: &str, body: &str, cred: Option<&str>| {
+            let mut r = Request::builder()
+                .method(method)
+                .uri(uri)
+                .header("content-type", ct);
+            if let Some(c) = cred {
+                r = r.header("x-owner-key", c);
+            }
+            r.body(Body::from(body.to_string())).expect("request")
+        };
+        let row = fn_row("NEW_ROW", "text", "A new row.")
+            .replace("  - echo my words\n", "  - a brand new row please\n");
+        let mut cases: Vec<(&str, Request<Body>, u16)> = vec![
+            (
+                "put",
+                write(
+                    "PUT",
+                    "/api/directory/NEW_ROW",
+                    "application/yaml",
+                    &row,
+                    Some(OWNER),
+                ),
+                0,
+            ),
+            (
+                "put",
+                write(
+                    "PUT",
+                    "/api/directory/GOOD_ECHO",
+                    "application/yaml",
+                    &fixture("good/GOOD_ECHO.yaml"),
+                    Some(OWNER),
+                ),
+                200,
+            ),
+            (
+                "patch",
+                write(
+                    "PATCH",
+                    "/api/directory/GOOD_ECHO",
+                    "application/json",
+                    r#"{"category": "Bad Cat"}"#,
+                    Some(OWNER),
+                ),
+                422,
+            ),
+            (
+                "patch",
+                write(
+                    "PATCH",
+                    "/api/directory/GOOD_ECHO",
+                    "application/json",
+                    r#"{"categroy": "x"}"#,
+                    Some(OWNER),
+                ),
+                400,
+            ),
+            (
+                "patch",
+                write(
+                    "PATCH",
+                    "/api/directory/NO_ROW",
+                    "application/json",
+                    r#"{"seq": 1}"#,
+                    Some(OWNER),
+                ),
+                404,
+            ),
+            (
+                "put",
+                write(
+                    "PUT",
+                    "/api/directory/GOOD_ECHO",
+                    "text/html",
+                    "x",
+                    Some(OWNER),
+                ),
+                415,
+            ),
+            (
+                "put",
+                write(
+                    "PUT",
+                    "/api/directory/GOOD_ECHO",
+                    "application/yaml",
+                    "key: [",
+                    Some(OWNER),
+                ),
+                400,
+            ),
+            (
+                "put",
+                write(
+                    "PUT",
+                    "/api/directory/GOOD_ECHO",
+                    "application/yaml",
+                    "x",
+                    None,
+                ),
+                401,
+            ),
+            (
+                "delete",
+                write(
+                    "DELETE",
+                    "/api/directory/OTHER_ROW?replaced_by=GOOD_ECHO",
+                    "application/json",
+                    "",
+                    Some(OWNER),
+                ),
+                0,
+            ),
+        ];
+        for (_, _, want) in cases.iter_mut() {
+            if *want == 0 {
+                *want = if mode == capdir::write::Mode::Direct {
+                    201
+                } else {
+                    202
+                };
+            }
+        }
+        for (method, req, want) in cases {
+            let (path, uri) = (req.uri().path().to_string(), req.uri().to_string());
+            let a = send(&state, req).await;
+            assert_eq!(a.status.as_u16(), want, "{method} {uri}: {}", a.body);
+            conforms(&doc, method, &path, &a);
+        }
+    }
 }

@@ -176,6 +176,7 @@ fn claims(keys: &[&str]) -> Claims {
         aud: BASE.into(),
         keys: keys.iter().map(|k| k.to_string()).collect(),
         categories: vec![],
+        write: vec![],
         risk: Risk::Low,
         pin: None,
         body: None,
@@ -942,6 +943,16 @@ async fn cli_mint_pin_revoke_and_list() {
     let (code, _, err) = run(&["token", "mint", "--site", &site]);
     assert_eq!(code, Some(2));
     assert!(err.contains("needs a scope"), "{err}");
+    // A write scope alone is a scope: keys (one still to create) and categories, by form.
+    let (code, out, err) = run(&["token", "mint", "--write", "NEW_ROW,misc", "--site", &site]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("scope:     write:NEW_ROW, write:category:misc"),
+        "{out}"
+    );
+    let (code, _, err) = run(&["token", "mint", "--write", "Not A Key", "--site", &site]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--write takes keys"), "{err}");
 
     let state = AppState::new(settings(&f)).expect("state");
     let (st, v) = invoke(&state, Via::Share, Some(&tok), "OTHER", Some("x")).await;

@@ -248,6 +248,7 @@ mod tests {
             aud: "a".into(),
             keys: vec!["FLOW".into()],
             categories: vec![],
+            write: vec![],
             risk,
             pin: None,
             body: None,

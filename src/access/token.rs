@@ -77,6 +77,10 @@ pub struct Claims {
     /// Categories whose rows the token may invoke.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub categories: Vec<String>,
+    /// Keys and categories whose rows the token may write through the write API (create,
+    /// change, remove); a key and a category are told apart by their form (`SHA256`, `text`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write: Vec<String>,
     pub risk: Risk,
     /// The contract fingerprint the token was minted against (one key only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,12 +94,19 @@ pub struct Claims {
 }
 
 impl Claims {
-    /// The scope as one line: `KEY_A, KEY_B, category:x`.
+    /// The scope as one line: `KEY_A, KEY_B, category:x, write:KEY_C, write:category:y`.
     pub fn scope_text(&self) -> String {
         self.keys
             .iter()
             .cloned()
             .chain(self.categories.iter().map(|c| format!("category:{c}")))
+            .chain(self.write.iter().map(|w| {
+                if crate::row::is_valid_key(w) {
+                    format!("write:{w}")
+                } else {
+                    format!("write:category:{w}")
+                }
+            }))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -447,6 +458,78 @@ pub fn check_call(claims: &Claims, target: Target<'_>, input: Option<&str>) -> R
     Ok(())
 }
 
+/// A row a token wants to write, as far as the gate needs it.
+#[derive(Debug, Clone)]
+pub struct WriteTarget<'a> {
+    pub key: &'a str,
+    /// The row's category before the write (none for a new row) and after it (none for a
+    /// removal).
+    pub categories: [Option<&'a str>; 2],
+    /// Whether the row is sensitive before or after the write.
+    pub sensitive: bool,
+    /// Whether the row after the write starts a command on the dispatcher's machine (an MCP
+    /// server over stdio): only the owner may write such a row.
+    pub runs_command: bool,
+}
+
+/// Whether `claims` allow writing a row: its key is in the token's write scope, or its
+/// category is, before and after the write (a token scoped to a category can neither bring
+/// a row in from another category nor send one out, and a row without a category needs its
+/// key named). A row sensitive before or after needs a token with risk ceiling high: writing
+/// it decides what a sensitive call does, or whether the call is sensitive at all.
+pub fn check_write(claims: &Claims, target: &WriteTarget) -> Result<(), Refusal> {
+    let by_key = claims.write.iter().any(|w| w == target.key);
+    let categories: Vec<&str> = target.categories.iter().flatten().copied().collect();
+    let by_category = !categories.is_empty()
+        && categories
+            .iter()
+            .all(|c| !c.is_empty() && claims.write.iter().any(|w| w == c));
+    if !by_key && !by_category {
+        let held = if claims.write.is_empty() {
+            "no writes".to_string()
+        } else {
+            claims.write.join(", ")
+        };
+        let cats = categories
+            .iter()
+            .filter(|c| !c.is_empty())
+            .map(|c| format!("category {c}"))
+            .collect::<Vec<_>>();
+        return refuse(
+            Reason::Scope,
+            format!(
+                "token {} may write {held}, not {}{}",
+                claims.id,
+                target.key,
+                if cats.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", cats.join(" → "))
+                }
+            ),
+        );
+    }
+    if target.runs_command {
+        return refuse(
+            Reason::Scope,
+            format!(
+                "{} starts a command on the dispatcher's machine (mcp+stdio:); only the owner key may write it",
+                target.key
+            ),
+        );
+    }
+    if target.sensitive && claims.risk < Risk::High {
+        return refuse(
+            Reason::RiskCeiling,
+            format!(
+                "{} is sensitive and token {} has risk ceiling low",
+                target.key, claims.id
+            ),
+        );
+    }
+    Ok(())
+}
+
 fn short(fingerprint: &str) -> &str {
     fingerprint.get(..12).unwrap_or(fingerprint)
 }
@@ -467,6 +550,7 @@ mod tests {
             aud: "http://d.example".into(),
             keys: vec!["A".into()],
             categories: vec!["text".into()],
+            write: vec![],
             risk: Risk::Low,
             pin: None,
             body: None,
@@ -490,6 +574,53 @@ mod tests {
     fn short_keys_are_refused() {
         assert!(TokenKey::from_text("short").is_err());
         assert!(!format!("{:?}", key()).contains("kkkk"));
+    }
+
+    #[test]
+    fn write_scope_by_key_or_by_every_category_involved() {
+        let c = Claims {
+            write: vec!["KEEP".into(), "text".into()],
+            ..claims()
+        };
+        let target = |key, before, after, sensitive| WriteTarget {
+            runs_command: false,
+            key,
+            categories: [before, after],
+            sensitive,
+        };
+        assert!(check_write(&c, &target("KEEP", None, Some("other"), false)).is_ok());
+        // A row that starts a command on the dispatcher's machine: the owner's alone.
+        let stdio = WriteTarget {
+            runs_command: true,
+            ..target("KEEP", None, Some("text"), false)
+        };
+        assert!(check_write(&c, &stdio).is_err());
+        assert!(check_write(&c, &target("NEW_ONE", None, Some("text"), false)).is_ok());
+        assert!(check_write(&c, &target("X", Some("text"), Some("text"), false)).is_ok());
+        for (t, why) in [
+            (
+                target("X", Some("other"), Some("text"), false),
+                "brought in",
+            ),
+            (target("X", Some("text"), Some("other"), false), "sent out"),
+            (target("X", None, Some(""), false), "no category"),
+            (target("X", Some("text"), None, true), "sensitive"),
+        ] {
+            let r = check_write(&c, &t).expect_err(why);
+            let want = if why == "sensitive" {
+                Reason::RiskCeiling
+            } else {
+                Reason::Scope
+            };
+            assert_eq!(r.reason, want, "{why}");
+        }
+        let invoke_only = claims();
+        let r = check_write(
+            &invoke_only,
+            &target("A", Some("text"), Some("text"), false),
+        )
+        .expect_err("an invoke scope writes nothing");
+        assert!(r.message.contains("no writes"), "{}", r.message);
     }
 
     #[test]

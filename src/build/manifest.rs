@@ -226,6 +226,78 @@ pub fn write(dir: &Path, commit: &str, previous: Option<&Path>) -> Result<Manife
     Ok(manifest)
 }
 
+/// The manifest of a site changed in place (an incremental rebuild): the previous one with
+/// the files at `touched` (paths relative to the site) hashed again, or dropped when gone,
+/// for `commit`; replaced whole. Without a previous manifest, every file is hashed.
+pub fn update(
+    site: &Path,
+    commit: &str,
+    touched: &std::collections::BTreeSet<String>,
+) -> Result<Manifest> {
+    let Some(before) = Manifest::read(site) else {
+        return write(site, commit, None);
+    };
+    let mut files: std::collections::BTreeMap<String, Entry> = before
+        .files
+        .into_iter()
+        .map(|e| (e.path.clone(), e))
+        .collect();
+    let touched: Vec<&String> = touched
+        .iter()
+        .filter(|r| is_safe_path(r) && *r != FILE)
+        .collect();
+    // Hashed on all cores: the files that list every row are megabytes each.
+    let chunk = touched.len().div_ceil(crate::cores().max(1)).max(1);
+    // A path, and its entry when the file is there.
+    type Hashed = (String, Option<Entry>);
+    let hashed: Result<Vec<Vec<Hashed>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = touched
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|rel| {
+                            let path = site.join(rel);
+                            if !path.is_file() {
+                                return Ok(((*rel).clone(), None));
+                            }
+                            let (size, sha256) = sha256_file(&path)?;
+                            let entry = Entry {
+                                path: (*rel).clone(),
+                                size,
+                                sha256,
+                            };
+                            Ok(((*rel).clone(), Some(entry)))
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))
+            })
+            .collect()
+    });
+    for (rel, entry) in hashed?.into_iter().flatten() {
+        match entry {
+            Some(e) => files.insert(rel, e),
+            None => files.remove(&rel),
+        };
+    }
+    let manifest = Manifest {
+        format: FORMAT,
+        commit: commit.to_string(),
+        capdir: env!("CARGO_PKG_VERSION").to_string(),
+        files: files.into_values().collect(),
+    };
+    let text = serde_json::to_string(&manifest)? + "\n";
+    crate::build::incremental::replace(&site.join(FILE), text.as_bytes())?;
+    Ok(manifest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

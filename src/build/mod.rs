@@ -9,6 +9,7 @@
 pub mod contract;
 pub mod git;
 pub mod history;
+pub mod incremental;
 pub mod manifest;
 pub mod projection;
 pub mod site;
@@ -206,14 +207,8 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         counts: counts.clone(),
     };
     let head_info = info.clone();
-    let repo_url = match &opts.repo_url {
-        Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
-        Some(_) => None,
-        None => crate::build::git::origin_web_url(&opts.catalogue),
-    };
-    let urls = Urls::new(&opts.dispatcher_url)
-        .with_site(opts.site_url.as_deref())
-        .with_repo(repo_url.clone());
+    let made = incremental::Made::of(opts);
+    let (urls, repo_url) = (made.urls(), made.repo_url.clone());
     // Contract fingerprints over the enabled rows, as a dispatcher computes them.
     let prints = crate::row::call::fingerprints(&enabled);
     let mut categories: Vec<String> = enabled
@@ -232,6 +227,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 repo_url: repo_url.clone(),
                 dispatcher: urls.dispatcher.clone(),
             };
+            let enabled: Vec<&Row> = enabled.iter().collect();
             site::write_projections(&tmp, &enabled, &common, &urls, &categories, &prints)?;
             Ok(started.elapsed())
         });
@@ -313,7 +309,10 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 for t in &tombs {
                     site::write_tombstone(&tmp, &tera, &common, t)?;
                 }
-                site::write_pages(&tmp, &tera, &common, &enabled, &contracts, &tombs)?;
+                let listings: Vec<site::Listing> =
+                    contracts.iter().map(site::Listing::of).collect();
+                let enabled: Vec<&Row> = enabled.iter().collect();
+                site::write_pages(&tmp, &tera, &common, &enabled, &listings, &tombs)?;
                 Ok((contracts.len(), written))
             })();
             let side = side
@@ -352,8 +351,10 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         )?;
         Ok(info)
     });
-    // Last, the manifest of every file written: what a following dispatcher fetches.
+    // Last, the manifest of every file written: what a following dispatcher fetches. Beside
+    // it (hidden, so in no manifest) how the site was made, for the next incremental rebuild.
     let result = result.and_then(|info| {
+        made.save(&tmp)?;
         let previous = opts.out.is_dir().then_some(opts.out.as_path());
         let manifest = manifest::write(&tmp, &info.commit, previous)?;
         steps.done(

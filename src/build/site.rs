@@ -186,18 +186,34 @@ struct Renderer<'t> {
     inline: HashMap<String, String>,
 }
 
-/// The context every contract's pages share. Of the build it holds only capdir's version,
-/// not the commit: a row's pages change only when the row, its history or the catalogue's
-/// counts do, and a template asking for the commit fails the build rather than being
-/// linked from a previous site where the commit was another.
+/// The context every contract's and tombstone's pages share. It holds nothing of the
+/// catalogue as a whole: not the commit (a template asking for it fails the build rather
+/// than being linked from a previous site where the commit was another), and not the counts
+/// (the site's summary and the search box's placeholder say none on these pages). So a
+/// row's pages change only when the row or its history does: adding or removing another row
+/// rewrites no other row's pages, which is what lets an incremental rebuild (a row written
+/// through the dispatcher) touch the pages of the rows it changed and no others.
 fn contract_context(common: &Common) -> Result<tera::Context> {
-    let mut ctx = context(common, "../")?;
+    let mut ctx = tera::Context::new();
+    ctx.insert(
+        "site",
+        &SiteMeta {
+            title: common.site.title.clone(),
+            summary: SUMMARY.into(),
+        },
+    );
+    ctx.insert("repo_url", &common.repo_url);
+    ctx.insert("dispatcher", &common.dispatcher);
+    ctx.insert("root", "../");
     ctx.insert(
         "build",
         &json!({"capdir_version": common.build.capdir_version}),
     );
     Ok(ctx)
 }
+
+/// What the catalogue is, without its counts (the index page says how many).
+const SUMMARY: &str = "Capabilities an agent can ask for in plain words, read as a small contract, and invoke by key with a receipt. Kept as data in Git.";
 
 /// Where a site keeps, per row, a digest of all its contract files were made from.
 pub const PAGE_INPUTS: &str = ".page-inputs";
@@ -355,6 +371,53 @@ pub fn write_contracts(
     })
 }
 
+/// Render contract `c`'s three files into `out/k`, each replaced whole (written beside, then
+/// renamed over the old one): how an incremental rebuild changes one row's pages in a site
+/// that may be served meanwhile. Returns the digest [`PAGE_INPUTS`] lists for the row.
+pub fn replace_contract(out: &Path, tera: &Tera, common: &Common, c: &Contract) -> Result<String> {
+    let page = contract_context(common)?;
+    let json = serde_json::to_string_pretty(c)? + "\n";
+    let digest = hex::encode(
+        inputs_digest(&page)?
+            .chain_update(json.as_bytes())
+            .finalize(),
+    );
+    let mut renderer = Renderer::new(tera, page);
+    let (md, html) = renderer
+        .contract(c)
+        .with_context(|| format!("rendering the contract of {}", c.key))?;
+    let dir = out.join("k");
+    std::fs::create_dir_all(&dir)?;
+    for (ext, bytes) in [("md", md), ("json", json), ("html", html)] {
+        crate::build::incremental::replace(
+            &dir.join(format!("{}.{ext}", c.key)),
+            bytes.as_bytes(),
+        )?;
+    }
+    Ok(digest)
+}
+
+/// Add to a site's [`PAGE_INPUTS`] what the pages of `rows` are now made from (a digest, or
+/// `-` for a row whose pages are gone): a later line for a key overrides an earlier one, so
+/// an incremental rebuild appends rather than writing the whole list again.
+pub fn append_page_inputs(out: &Path, rows: &[(String, Option<String>)]) -> Result<()> {
+    use std::io::Write as _;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let path = out.join(PAGE_INPUTS);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let mut text = String::new();
+    for (key, digest) in rows {
+        text.push_str(&format!("{key} {}\n", digest.as_deref().unwrap_or("-")));
+    }
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("appending to {}", path.display()))
+}
+
 /// The digest of what every contract's pages are made from besides the contract: capdir's
 /// version, the templates, and the shared context `page`.
 fn inputs_digest(page: &tera::Context) -> Result<Sha256> {
@@ -426,7 +489,7 @@ pub fn write_tombstone(out: &Path, tera: &Tera, common: &Common, t: &Tombstone) 
     let mut md_ctx = tera::Context::new();
     md_ctx.insert("t", t);
     let md = tera.render("tombstone.md", &md_ctx)?;
-    let mut ctx = context(common, "../")?;
+    let mut ctx = contract_context(common)?;
     ctx.insert("t", t);
     ctx.insert("history", &t.history);
     let removed_url = t
@@ -450,35 +513,74 @@ pub fn write_tombstone(out: &Path, tera: &Tera, common: &Common, t: &Tombstone) 
     )
 }
 
-#[derive(Serialize)]
-struct RowSummary<'a> {
-    key: &'a str,
-    what: &'a str,
+/// What the index, category and search pages say of one row: read from its contract in a
+/// full build, from the row and its history in an incremental one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    pub key: String,
+    #[serde(skip)]
+    pub category: String,
+    pub what: String,
     #[serde(rename = "type")]
-    kind: &'a str,
-    risk: &'a str,
-    created_at: &'a str,
-    updated_at: &'a str,
+    pub kind: &'static str,
+    pub risk: &'static str,
+    pub created_at: String,
+    pub updated_at: String,
     /// The subject of the last commit that changed the row.
-    subject: &'a str,
+    pub subject: String,
+    /// How many commits changed it.
+    #[serde(skip)]
+    pub changes: usize,
+}
+
+impl Listing {
+    pub fn of(c: &Contract) -> Listing {
+        Listing {
+            key: c.key.clone(),
+            category: c.category.clone(),
+            what: c.what.clone(),
+            kind: c.kind,
+            risk: c.risk,
+            created_at: c.created_at.clone().unwrap_or_default(),
+            updated_at: c.updated_at.clone().unwrap_or_default(),
+            subject: c
+                .history
+                .first()
+                .map(|h| h.subject.clone())
+                .unwrap_or_default(),
+            changes: c.history.len(),
+        }
+    }
+
+    /// The same as [`Listing::of`] the row's contract gives, without making the contract.
+    pub fn new(row: &Row, history: &[crate::build::history::Change]) -> Listing {
+        Listing {
+            key: row.key.clone(),
+            category: row.category.clone(),
+            what: row.doc().what.clone().unwrap_or_default(),
+            kind: row.kind.as_str(),
+            risk: if row.sensitive { "high" } else { "low" },
+            created_at: history
+                .last()
+                .map(|c| c.commit.date.clone())
+                .unwrap_or_default(),
+            updated_at: history
+                .first()
+                .map(|c| c.commit.date.clone())
+                .unwrap_or_default(),
+            subject: history
+                .first()
+                .map(|c| c.commit.subject.clone())
+                .unwrap_or_default(),
+            changes: history.len(),
+        }
+    }
 }
 
 #[derive(Serialize)]
 struct Category<'a> {
     name: String,
-    rows: Vec<RowSummary<'a>>,
-}
-
-fn summary(c: &Contract) -> RowSummary<'_> {
-    RowSummary {
-        key: &c.key,
-        what: &c.what,
-        kind: c.kind,
-        risk: c.risk,
-        created_at: c.created_at.as_deref().unwrap_or(""),
-        updated_at: c.updated_at.as_deref().unwrap_or(""),
-        subject: c.history.first().map_or("", |h| h.subject.as_str()),
-    }
+    rows: Vec<&'a Listing>,
 }
 
 /// How many rows the index's "recently" lists show.
@@ -489,37 +591,32 @@ pub fn write_pages(
     out: &Path,
     tera: &Tera,
     common: &Common,
-    rows: &[Row],
-    contracts: &[Contract],
+    rows: &[&Row],
+    listings: &[Listing],
     tombstones: &[Tombstone],
 ) -> Result<()> {
-    let mut by_cat: BTreeMap<String, Vec<RowSummary>> = BTreeMap::new();
-    for c in contracts {
+    let mut by_cat: BTreeMap<String, Vec<&Listing>> = BTreeMap::new();
+    for c in listings {
         let name = crate::row::category_name(&c.category).to_string();
-        by_cat.entry(name).or_default().push(summary(c));
+        by_cat.entry(name).or_default().push(c);
     }
     let seqs: HashMap<&str, Option<i64>> = rows.iter().map(|r| (r.key.as_str(), r.seq)).collect();
     let seq = |key: &str| seqs.get(key).copied().flatten();
     for rows in by_cat.values_mut() {
         rows.sort_by(|a, b| {
-            crate::row::listing_order(seq(a.key), a.key)
-                .cmp(&crate::row::listing_order(seq(b.key), b.key))
+            crate::row::listing_order(seq(&a.key), &a.key)
+                .cmp(&crate::row::listing_order(seq(&b.key), &b.key))
         });
     }
     // Newest first; the key breaks ties so the same commit builds the same page.
-    let mut added: Vec<RowSummary> = contracts
+    let mut added: Vec<&Listing> = listings
         .iter()
-        .filter(|c| c.created_at.is_some())
-        .map(summary)
+        .filter(|c| !c.created_at.is_empty())
         .collect();
-    added.sort_by(|a, b| b.created_at.cmp(a.created_at).then(a.key.cmp(b.key)));
+    added.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.key.cmp(&b.key)));
     added.truncate(RECENT);
-    let mut changed: Vec<RowSummary> = contracts
-        .iter()
-        .filter(|c| c.history.len() > 1)
-        .map(summary)
-        .collect();
-    changed.sort_by(|a, b| b.updated_at.cmp(a.updated_at).then(a.key.cmp(b.key)));
+    let mut changed: Vec<&Listing> = listings.iter().filter(|c| c.changes > 1).collect();
+    changed.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.key.cmp(&b.key)));
     changed.truncate(RECENT);
     let mut removed: Vec<&Tombstone> = tombstones.iter().collect();
     removed.sort_by(|a, b| b.removed_at.cmp(&a.removed_at).then(a.key.cmp(&b.key)));
@@ -618,13 +715,17 @@ pub fn receipt_page(info: &BuildInfo, page: &ReceiptPage) -> Result<String> {
 /// registry.json, counts.json, mcp/tools.json, llms.txt and sitemap.xml.
 pub fn write_projections(
     out: &Path,
-    rows: &[Row],
+    rows: &[&Row],
     common: &Common,
     urls: &Urls,
     categories: &[String],
     prints: &HashMap<String, String>,
 ) -> Result<()> {
-    let mut listed: Vec<&Row> = rows.iter().filter(|r| !r.is_test_shaped()).collect();
+    let mut listed: Vec<&Row> = rows
+        .iter()
+        .copied()
+        .filter(|r| !r.is_test_shaped())
+        .collect();
     listed.sort_by(|a, b| {
         crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
     });
@@ -647,7 +748,7 @@ pub fn write_projections(
     let tools: Vec<_> = rows
         .iter()
         .filter(|r| r.planner_visible)
-        .map(projection::mcp_tool)
+        .map(|r| projection::mcp_tool(r))
         .collect();
     let mut doc = json!({});
     doc["tools"] = serde_json::Value::Array(tools);

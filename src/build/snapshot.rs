@@ -29,7 +29,8 @@ pub struct Counts {
 }
 
 impl Counts {
-    pub fn of(rows: &[Row]) -> Counts {
+    pub fn of<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Counts {
+        let rows: Vec<&Row> = rows.into_iter().collect();
         let count = |f: &dyn Fn(&Row) -> bool, p: &str| Count {
             value: rows.iter().filter(|r| f(r)).count(),
             predicate: p.to_string(),
@@ -121,78 +122,176 @@ pub fn write(
     db.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")?;
     let tx = db.transaction()?;
     tx.execute_batch(SCHEMA)?;
+    for r in rows {
+        insert_row(&tx, r, history, prints)?;
+    }
+    for t in tombstones {
+        insert_tombstone(&tx, t)?;
+    }
+    insert_build(&tx, info)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// A row's `directory` values besides its dates and fingerprint, in column order: what a
+/// rebuild compares to tell whether the row changed.
+pub fn columns(r: &Row) -> Vec<rusqlite::types::Value> {
+    use rusqlite::types::Value;
+    let text = |s: &str| Value::Text(s.to_string());
+    vec![
+        text(&r.key),
+        text(r.kind.as_str()),
+        text(&r.target),
+        text(&r.auth),
+        text(&r.content),
+        text(&r.category),
+        text(&json_list(&r.allowed_categories)),
+        r.seq.map_or(Value::Null, Value::Integer),
+        Value::Integer(r.enabled.into()),
+        Value::Integer(r.planner_visible.into()),
+        Value::Integer(r.planner_rank),
+        r.input_schema
+            .as_ref()
+            .map_or(Value::Null, |s| Value::Text(s.to_string())),
+        text(&json_list(&r.examples)),
+        Value::Integer(r.sensitive.into()),
+        text(&r.runner),
+        text(&json_list(&r.includes)),
+        text(&json_list(&r.asks)),
+        text(&r.path.to_string_lossy()),
+        Value::Integer(r.route_reply.into()),
+    ]
+}
+
+/// One row and its history.
+fn insert_row(
+    tx: &rusqlite::Transaction,
+    r: &Row,
+    history: &History,
+    prints: &HashMap<String, String>,
+) -> Result<()> {
+    let mut ins = tx.prepare_cached(
+        "INSERT INTO directory (key, type, target, auth, content, category, allowed_categories,
+           seq, enabled, planner_visible, planner_rank, input_schema, examples, sensitive, runner,
+           includes, asks, path, route_reply, created_at, updated_at, contract_hash)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)",
+    )?;
+    let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let mut values = columns(r);
+    let text = |s: Option<&str>| s.map_or(rusqlite::types::Value::Null, |s| s.to_string().into());
+    values.push(text(history.created_at(file)));
+    values.push(text(history.updated_at(file)));
+    values.push(
+        prints
+            .get(&r.key)
+            .cloned()
+            .unwrap_or_else(|| fingerprint(r))
+            .into(),
+    );
+    ins.execute(rusqlite::params_from_iter(values))?;
+    let mut hist = tx.prepare_cached("INSERT INTO row_history VALUES (?1,?2,?3,?4,?5,?6,?7)")?;
+    for (i, c) in history.of(file).iter().enumerate() {
+        hist.execute(params![
+            r.key,
+            i as i64,
+            c.commit.sha,
+            c.kind.as_str(),
+            c.commit.author,
+            c.commit.date,
+            c.commit.subject
+        ])?;
+    }
+    Ok(())
+}
+
+fn insert_tombstone(tx: &rusqlite::Transaction, t: &Tombstone) -> Result<()> {
+    tx.prepare_cached("INSERT INTO tombstones VALUES (?1,?2,?3,?4,?5)")?
+        .execute(params![
+            t.key,
+            t.removed_at,
+            t.removed_by,
+            t.removed_subject,
+            t.replaced_by
+        ])?;
+    Ok(())
+}
+
+fn insert_build(tx: &rusqlite::Transaction, info: &BuildInfo) -> Result<()> {
+    let c = &info.counts;
+    tx.execute(
+        "INSERT INTO build VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+        params![
+            info.commit,
+            info.date,
+            info.capdir_version,
+            info.history_partial,
+            c.rows.value as i64,
+            c.enabled.value as i64,
+            c.registry.value as i64,
+            c.mcp.value as i64,
+            serde_json::to_string(c)?
+        ],
+    )?;
+    Ok(())
+}
+
+/// What an incremental rebuild changes in a snapshot.
+pub struct Update<'a> {
+    /// Rows added or changed (their history too), or whose dates or history changed.
+    pub rows: Vec<&'a Row>,
+    /// Keys of rows no longer in the catalogue.
+    pub removed: Vec<&'a str>,
+    /// Rows whose fingerprint changed and nothing else (a row they compose changed).
+    pub prints: Vec<(&'a str, &'a str)>,
+    /// Tombstones made or unmade: each key's tombstone replaced by this one, or removed.
+    pub tombstones: Vec<(&'a str, Option<&'a Tombstone>)>,
+    pub info: &'a BuildInfo,
+}
+
+/// Change the snapshot at `path` in place, in one transaction: a reader (a dispatcher
+/// reloading, `invoke --site`) sees it before or after, never halfway.
+pub fn update(
+    path: &Path,
+    change: &Update,
+    history: &History,
+    prints: &HashMap<String, String>,
+) -> Result<()> {
+    let mut db = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
+    db.busy_timeout(std::time::Duration::from_secs(5))?;
+    db.execute_batch("PRAGMA journal_mode=DELETE; PRAGMA synchronous=OFF;")?;
+    let tx = db.transaction()?;
     {
-        let mut ins = tx.prepare(
-            "INSERT INTO directory VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)",
-        )?;
-        let mut hist = tx.prepare("INSERT INTO row_history VALUES (?1,?2,?3,?4,?5,?6,?7)")?;
-        for r in rows {
-            let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            ins.execute(params![
-                r.key,
-                r.kind.as_str(),
-                r.target,
-                r.auth,
-                r.content,
-                r.category,
-                json_list(&r.allowed_categories),
-                r.seq,
-                r.enabled,
-                r.planner_visible,
-                r.planner_rank,
-                r.input_schema.as_ref().map(|s| s.to_string()),
-                json_list(&r.examples),
-                r.sensitive,
-                r.runner,
-                json_list(&r.includes),
-                history.created_at(file),
-                history.updated_at(file),
-                json_list(&r.asks),
-                r.path.to_string_lossy(),
-                prints
-                    .get(&r.key)
-                    .cloned()
-                    .unwrap_or_else(|| fingerprint(r)),
-                r.route_reply,
-            ])?;
-            for (i, c) in history.of(file).iter().enumerate() {
-                hist.execute(params![
-                    r.key,
-                    i as i64,
-                    c.commit.sha,
-                    c.kind.as_str(),
-                    c.commit.author,
-                    c.commit.date,
-                    c.commit.subject
-                ])?;
+        let mut gone = tx.prepare_cached("DELETE FROM directory WHERE key = ?1")?;
+        let mut gone_history = tx.prepare_cached("DELETE FROM row_history WHERE key = ?1")?;
+        let keys = change
+            .rows
+            .iter()
+            .map(|r| r.key.as_str())
+            .chain(change.removed.iter().copied());
+        for key in keys {
+            gone.execute([key])?;
+            gone_history.execute([key])?;
+        }
+    }
+    for r in &change.rows {
+        insert_row(&tx, r, history, prints)?;
+    }
+    {
+        let mut set =
+            tx.prepare_cached("UPDATE directory SET contract_hash = ?2 WHERE key = ?1")?;
+        for (key, print) in &change.prints {
+            set.execute([key, print])?;
+        }
+        let mut gone = tx.prepare_cached("DELETE FROM tombstones WHERE key = ?1")?;
+        for (key, tomb) in &change.tombstones {
+            gone.execute([key])?;
+            if let Some(t) = tomb {
+                insert_tombstone(&tx, t)?;
             }
         }
-        let mut tomb = tx.prepare("INSERT INTO tombstones VALUES (?1,?2,?3,?4,?5)")?;
-        for t in tombstones {
-            tomb.execute(params![
-                t.key,
-                t.removed_at,
-                t.removed_by,
-                t.removed_subject,
-                t.replaced_by
-            ])?;
-        }
-        let c = &info.counts;
-        tx.execute(
-            "INSERT INTO build VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
-            params![
-                info.commit,
-                info.date,
-                info.capdir_version,
-                info.history_partial,
-                c.rows.value as i64,
-                c.enabled.value as i64,
-                c.registry.value as i64,
-                c.mcp.value as i64,
-                serde_json::to_string(c)?
-            ],
-        )?;
     }
+    tx.execute("DELETE FROM build", [])?;
+    insert_build(&tx, change.info)?;
     tx.commit()?;
     Ok(())
 }
@@ -272,5 +371,41 @@ pub fn open(path: &Path) -> Result<Snapshot> {
         rows,
         tombstones,
         info,
+    })
+}
+
+/// What an incremental rebuild reads of the site it changes, besides the rows.
+#[derive(Debug, Default)]
+pub struct Built {
+    /// Each enabled row's contract fingerprint.
+    pub prints: HashMap<String, String>,
+    /// Each row's commits, newest first.
+    pub histories: HashMap<String, Vec<String>>,
+    /// Each tombstone's removing commit.
+    pub removals: HashMap<String, String>,
+}
+
+/// Read what [`Built`] holds from the snapshot at `path`.
+pub fn built(path: &Path) -> Result<Built> {
+    let db = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .with_context(|| format!("opening snapshot {}", path.display()))?;
+    let prints = db
+        .prepare("SELECT key, contract_hash FROM directory WHERE enabled")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<HashMap<String, String>>>()?;
+    let mut histories: HashMap<String, Vec<String>> = HashMap::new();
+    let mut stmt = db.prepare("SELECT key, sha FROM row_history ORDER BY key, seq")?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        histories.entry(r.get(0)?).or_default().push(r.get(1)?);
+    }
+    let removals = db
+        .prepare("SELECT key, removed_by FROM tombstones")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<HashMap<String, String>>>()?;
+    Ok(Built {
+        prints,
+        histories,
+        removals,
     })
 }

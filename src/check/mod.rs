@@ -59,7 +59,8 @@ pub fn check_files(files: &[SourceFile]) -> Checked {
     }
     out.rows
         .sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.path.cmp(&b.path)));
-    out.diags.extend(check_across(&out.rows));
+    let rows: Vec<&Row> = out.rows.iter().collect();
+    out.diags.extend(check_across(&rows));
     crate::row::diag::sort(&mut out.diags);
     out
 }
@@ -68,20 +69,27 @@ pub fn check_files(files: &[SourceFile]) -> Checked {
 fn check_each(files: &[SourceFile]) -> (Vec<Row>, Vec<Diagnostic>) {
     let (mut rows, mut diags) = (Vec::new(), Vec::new());
     for file in files {
-        let parsed = row::parse_row(&file.path, &file.bytes);
-        diags.extend(parsed.diags);
-        if let Ok(text) = std::str::from_utf8(&file.bytes)
-            && file.bytes.len() <= row::MAX_ROW_BYTES
-        {
-            diags.extend(check_secrets(&file.path, text));
-            diags.extend(check_placeholders(&file.path, text));
-        }
-        if let Some(row) = parsed.row {
-            diags.extend(check_row(&row));
-            rows.push(row);
-        }
+        let (row, d) = check_file(file);
+        diags.extend(d);
+        rows.extend(row);
     }
     (rows, diags)
+}
+
+/// The rules of one file: its row, when it parses, and every problem of the file alone.
+pub fn check_file(file: &SourceFile) -> (Option<Row>, Vec<Diagnostic>) {
+    let parsed = row::parse_row(&file.path, &file.bytes);
+    let mut diags = parsed.diags;
+    if let Ok(text) = std::str::from_utf8(&file.bytes)
+        && file.bytes.len() <= row::MAX_ROW_BYTES
+    {
+        diags.extend(check_secrets(&file.path, text));
+        diags.extend(check_placeholders(&file.path, text));
+    }
+    if let Some(row) = &parsed.row {
+        diags.extend(check_row(row));
+    }
+    (parsed.row, diags)
 }
 
 fn check_secrets(path: &Path, text: &str) -> Vec<Diagnostic> {
@@ -494,7 +502,7 @@ fn flow_error(row: &Row, e: &flow::FlowError) -> Diagnostic {
 }
 
 /// Rules across rows: duplicates, includes, flow steps and cycles.
-fn check_across(rows: &[Row]) -> Vec<Diagnostic> {
+pub fn check_across(rows: &[&Row]) -> Vec<Diagnostic> {
     let mut d = Vec::new();
     let mut by_key: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
     for r in rows {
@@ -664,20 +672,6 @@ fn find_cycle<'a>(
 /// warnings.
 pub fn against_base(current: &[SourceFile], checked: &mut Checked, base: &[SourceFile]) {
     let base_checked = check_files(base);
-    let name = |p: &Path| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("")
-            .to_string()
-    };
-    let mut base_codes: HashMap<String, HashMap<&str, usize>> = HashMap::new();
-    for diag in base_checked.diags.iter().filter(|d| d.is_error()) {
-        *base_codes
-            .entry(name(&diag.path))
-            .or_default()
-            .entry(diag.code)
-            .or_default() += 1;
-    }
     let base_bytes: HashMap<&str, &[u8]> = base
         .iter()
         .map(|f| (f.file_name(), f.bytes.as_slice()))
@@ -686,21 +680,47 @@ pub fn against_base(current: &[SourceFile], checked: &mut Checked, base: &[Sourc
         .iter()
         .map(|f| (f.file_name(), f.bytes.as_slice()))
         .collect();
+    demote_legacy(&mut checked.diags, &base_checked.diags, &|file| {
+        base_bytes.get(file) == current_bytes.get(file)
+    });
+}
 
+/// The base rule over diagnostics already found: an error in a file that had errors at the
+/// base becomes a warning ("legacy problem") when the file is `unchanged` (by name), or as
+/// many times as the base had that error's code in it; the errors of files that were clean
+/// at the base, or new, stand.
+pub fn demote_legacy(
+    diags: &mut [Diagnostic],
+    base: &[Diagnostic],
+    unchanged: &dyn Fn(&str) -> bool,
+) {
+    let name = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut base_codes: HashMap<String, HashMap<&str, usize>> = HashMap::new();
+    for diag in base.iter().filter(|d| d.is_error()) {
+        *base_codes
+            .entry(name(&diag.path))
+            .or_default()
+            .entry(diag.code)
+            .or_default() += 1;
+    }
     let mut used: HashMap<String, HashMap<&str, usize>> = HashMap::new();
-    for diag in checked.diags.iter_mut().filter(|d| d.is_error()) {
+    for diag in diags.iter_mut().filter(|d| d.is_error()) {
         let file = name(&diag.path);
         let Some(old) = base_codes.get(&file) else {
             continue; // new row, or a row that was clean: its errors stand
         };
-        let unchanged = base_bytes.get(file.as_str()) == current_bytes.get(file.as_str());
         let n = used
             .entry(file.clone())
             .or_default()
             .entry(diag.code)
             .or_default();
         *n += 1;
-        if unchanged || *n <= old.get(diag.code).copied().unwrap_or(0) {
+        if unchanged(&file) || *n <= old.get(diag.code).copied().unwrap_or(0) {
             diag.severity = crate::row::diag::Severity::Warning;
             diag.message = format!(
                 "legacy problem, already present at the base revision: {}",
@@ -708,6 +728,86 @@ pub fn against_base(current: &[SourceFile], checked: &mut Checked, base: &[Sourc
             );
         }
     }
+}
+
+/// One row file changed in a catalogue: its bytes before (none for a new row) and after
+/// (none for a removed one).
+#[derive(Debug, Clone, Copy)]
+pub struct FileChange<'a> {
+    /// Where the file is, as diagnostics name it (`catalogue/KEY.yaml`).
+    pub path: &'a Path,
+    pub before: Option<&'a [u8]>,
+    pub after: Option<&'a [u8]>,
+}
+
+/// What the gate says of a catalogue after one file changed, with the base rule of
+/// `capdir check --base` taking the catalogue before the change as the base, computed from
+/// the change alone: the file's own rules before and after, the rules across rows over the
+/// rows before (`base`) and after, and the asks of the changed row (searched in `searchers`:
+/// the catalogue's index before and after). A new row must be clean; a row that was clean
+/// must stay clean, and so must every other row (removing a flow's step breaks the flow); a
+/// row that already failed may change as long as it gets no worse. The asks of the other
+/// rows are not searched again: a new row that outranks them is for `capdir check` in CI to
+/// find, which searches every ask. `base_across`, when known (the last change's `across`),
+/// spares going over every row of the base again.
+pub fn check_change(
+    base: &[&Row],
+    change: FileChange,
+    searchers: (&crate::search::Searcher, &crate::search::Searcher),
+    base_across: Option<&[Diagnostic]>,
+) -> ChangeChecked {
+    let file_of = |r: &Row| r.path.file_name().map(|n| n.to_owned());
+    let changed_name = change.path.file_name().map(|n| n.to_owned());
+    let own = |bytes: Option<&[u8]>, searcher: &crate::search::Searcher| {
+        let Some(bytes) = bytes else {
+            return (None, Vec::new());
+        };
+        let (row, mut diags) = check_file(&SourceFile {
+            path: change.path.to_path_buf(),
+            bytes: bytes.to_vec(),
+        });
+        if let Some(r) = &row
+            && !diags.iter().any(Diagnostic::is_error)
+        {
+            diags.extend(asks_of(searcher, &[r]));
+        }
+        (row, diags)
+    };
+    let (_, mut before) = own(change.before, searchers.0);
+    let (after_row, mut after) = own(change.after, searchers.1);
+    match base_across {
+        Some(known) => before.extend_from_slice(known),
+        None => before.extend(check_across(base)),
+    }
+    let mut rows: Vec<&Row> = base
+        .iter()
+        .copied()
+        .filter(|r| file_of(r) != changed_name)
+        .collect();
+    if let Some(r) = &after_row {
+        rows.push(r);
+    }
+    rows.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.path.cmp(&b.path)));
+    let across = check_across(&rows);
+    after.extend_from_slice(&across);
+    let changed = changed_name.and_then(|n| n.to_str().map(str::to_string));
+    demote_legacy(&mut after, &before, &|file| {
+        Some(file) != changed.as_deref()
+    });
+    crate::row::diag::sort(&mut after);
+    ChangeChecked {
+        diagnostics: after,
+        across,
+    }
+}
+
+/// What [`check_change`] found: every diagnostic of the catalogue after the change (the
+/// base rule applied), and the rules across rows of that catalogue alone, which are the
+/// next change's `base_across` when this one is made.
+#[derive(Debug, Default)]
+pub struct ChangeChecked {
+    pub diagnostics: Vec<Diagnostic>,
+    pub across: Vec<Diagnostic>,
 }
 
 /// The asks gate: every ask of an enabled row must rank that row in the top [`ASK_TOP`] of
@@ -727,6 +827,12 @@ pub fn asks_gate(rows: &[Row]) -> Vec<Diagnostic> {
             )];
         }
     };
+    let rows: Vec<&Row> = rows.iter().collect();
+    asks_of(&searcher, &rows)
+}
+
+/// The asks gate for `rows`, searched in `searcher` (the index of the catalogue they are in).
+pub fn asks_of(searcher: &crate::search::Searcher, rows: &[&Row]) -> Vec<Diagnostic> {
     let mut d = Vec::new();
     // A row kept from planners is not asked for: its asks are not checked.
     for row in rows.iter().filter(|r| r.enabled && r.planner_visible) {

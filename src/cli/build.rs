@@ -31,6 +31,10 @@ pub(super) struct Args {
     /// remote when it is a hosted one; `--repo-url ''` turns the links off.
     #[arg(long, value_name = "URL")]
     repo_url: Option<String>,
+    /// Build every file anew even when the site could be changed in place (by default a
+    /// site built before by this capdir with the same options gets only what changed).
+    #[arg(long)]
+    full: bool,
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -42,6 +46,32 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         ..crate::build::Options::new(&a.dir, &a.out)
     };
     let started = std::time::Instant::now();
+    if !a.full {
+        match crate::build::incremental::build(&opts) {
+            Ok(Some(done)) => {
+                for (name, t, what) in &done.steps {
+                    eprintln!("  {name:<12} {:>9.1} ms  {what}", t.as_secs_f64() * 1000.0);
+                }
+                eprintln!(
+                    "changed {} rows of {} in place in {:.2} s",
+                    done.changed,
+                    a.out.display(),
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            Ok(None) => {}
+            Err(crate::build::BuildError::Check(diags)) => {
+                print!("{diags}");
+                eprintln!("error: the catalogue has errors; nothing was built");
+                return Ok(ExitCode::FAILURE);
+            }
+            // A change in place that failed halfway is made whole by a full build.
+            Err(crate::build::BuildError::Other(e)) => {
+                eprintln!("warning: changing the site in place failed ({e:#}); building it anew");
+            }
+        }
+    }
     match crate::build::run(&opts) {
         Ok(report) => {
             eprint!("{}", report.render());

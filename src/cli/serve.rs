@@ -41,6 +41,17 @@ pub(super) struct Args {
     /// How often to poll the followed site (e.g. 30s).
     #[arg(long, value_name = "DURATION", value_parser = parse_seconds, default_value = "30s")]
     follow_interval: u64,
+    /// The catalogue (a directory in a Git work tree) the site is built from: brought up to
+    /// date in --site before serving (changed in place when it can be), and where --write
+    /// commits.
+    #[arg(long, value_name = "DIR", conflicts_with = "follow")]
+    catalogue: Option<PathBuf>,
+    /// Take writes (`PUT`/`PATCH`/`DELETE /api/directory/KEY`) from the owner key and tokens
+    /// minted with --write: `direct` commits on the current branch and serves the row on the
+    /// next request; `propose` commits on a branch `capdir/KEY-…` pushed to `origin` for
+    /// review. Off unless given.
+    #[arg(long, value_name = "MODE", requires = "catalogue")]
+    write: Option<crate::write::Mode>,
     #[command(flatten)]
     limits: Limits,
 }
@@ -132,9 +143,32 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         ..
     } = a;
     let runtime = tokio::runtime::Runtime::new()?;
-    let follower = match follow {
-        Some(url) => Some(runtime.block_on(first_sync(&url, &site))?),
-        None => {
+    let mut write = None;
+    let follower = match (follow, a.catalogue) {
+        (Some(url), _) => Some(runtime.block_on(first_sync(&url, &site))?),
+        (None, Some(catalogue)) => {
+            let options = crate::build::Options {
+                dispatcher_url: base_url.clone(),
+                ..crate::build::Options::new(&catalogue, &site)
+            };
+            let built = |e: crate::build::BuildError| match e {
+                crate::build::BuildError::Check(d) => {
+                    anyhow::anyhow!("the catalogue has errors:\n{d}")
+                }
+                crate::build::BuildError::Other(e) => e,
+            };
+            match a.write {
+                Some(mode) => {
+                    write = Some(crate::write::Ready::open(mode, options).map_err(built)?);
+                    tracing::info!(mode = mode.as_str(), catalogue = %catalogue.display(), "writes on");
+                }
+                None => {
+                    crate::build::incremental::open_current(&options).map_err(built)?;
+                }
+            }
+            None
+        }
+        (None, None) => {
             super::ensure_site(&site, &base_url)?;
             None
         }
@@ -172,6 +206,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
             open,
             body_limit: limits.body_limit,
             max_inflight: limits.max_inflight,
+            write,
             ..settings
         };
         if settings.owner_key.as_deref().unwrap_or("").is_empty() {

@@ -21,6 +21,8 @@ pub(super) struct Args {
     ledger: super::LedgerArg,
 }
 
+// Made once per run from the command line: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Action {
     /// Mint a token; the token alone is the last line printed.
@@ -91,6 +93,11 @@ pub struct Request {
     /// Categories whose rows the token may invoke, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub categories: Vec<String>,
+    /// Keys and categories whose rows the token may write through the write API (`capdir
+    /// serve --write`), comma-separated: `SHA256,text` (a key may name a row still to
+    /// create; a category covers rows that stay in it).
+    #[arg(long, value_delimiter = ',', value_name = "KEYS|CATEGORIES")]
+    pub write: Vec<String>,
     /// How long the token lives: 30m, 1h, 7d.
     #[arg(long, default_value = "1h")]
     pub ttl: String,
@@ -156,8 +163,17 @@ pub async fn mint(
 ) -> Result<Minted> {
     let keys: Vec<String> = clean(&req.keys);
     let categories: Vec<String> = clean(&req.categories);
-    if keys.is_empty() && categories.is_empty() {
-        bail!("a token needs a scope: --keys A,B and/or --categories x,y");
+    let write: Vec<String> = clean(&req.write);
+    if keys.is_empty() && categories.is_empty() && write.is_empty() {
+        bail!("a token needs a scope: --keys A,B, --categories x,y and/or --write A,x");
+    }
+    if let Some(bad) = write
+        .iter()
+        .find(|w| !crate::row::is_valid_key(w) && !crate::row::is_category(w))
+    {
+        bail!(
+            "--write takes keys (`GITHUB_LIST_ISSUES`) and categories (`text-tools`); `{bad}` is neither"
+        );
     }
     let risk = Risk::parse(&req.risk)
         .ok_or_else(|| anyhow::anyhow!("--risk is low or high, not `{}`", req.risk))?;
@@ -201,6 +217,7 @@ pub async fn mint(
         aud: audience,
         keys,
         categories,
+        write,
         risk,
         pin,
         body: req.fixed_body.clone(),

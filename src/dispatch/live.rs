@@ -2,6 +2,7 @@
 //! the build's commit and counts, and the tombstones of removed keys. Loaded whole and
 //! replaced whole, so a request that holds one sees one catalogue from start to end.
 
+use crate::build::incremental::Applied;
 use crate::build::snapshot::{self, BuildInfo};
 use crate::invoke::rowset::RowSet;
 use crate::invoke::{Invoker, InvokerConfig};
@@ -43,6 +44,25 @@ pub(super) fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 impl Live {
+    /// The next build after a change made in place (`build::incremental`): the rows changed
+    /// prepared again, every other row shared with this build, the new index, facts and
+    /// tombstones; stamped with the snapshot the change wrote, so the reloader does not load
+    /// it again.
+    pub fn changed(&self, applied: Applied, site: &Path) -> Live {
+        let rows = self
+            .invoker
+            .rows()
+            .with_changes(applied.rows, &applied.gone, &applied.prints);
+        let searcher = std::sync::Arc::new(applied.searcher);
+        Live {
+            invoker: self.invoker.with_rows(rows, Some(searcher.clone())),
+            searcher,
+            info: applied.info,
+            tombstones: applied.tombstones,
+            stamp: stamp(&site.join("catalogue.sqlite")),
+        }
+    }
+
     /// Load the snapshot and index of a built site.
     pub fn load(site: &Path, config: &InvokerConfig) -> anyhow::Result<Live> {
         let before = stamp(&site.join("catalogue.sqlite"));

@@ -112,6 +112,9 @@ pub struct Dispatcher {
     reloads: watch::Sender<u64>,
     /// The published site this dispatcher follows (`serve --follow`), if any.
     follower: std::sync::OnceLock<Arc<Follower>>,
+    /// Held while a build changed in place is put live (`update`): the reloader, which would
+    /// load the same change again from disk, skips its turn meanwhile.
+    swapping: Mutex<()>,
 }
 
 impl Dispatcher {
@@ -132,6 +135,7 @@ impl Dispatcher {
             invocations: Counts::default(),
             reloads: watch::Sender::new(0),
             follower: std::sync::OnceLock::new(),
+            swapping: Mutex::new(()),
         })
     }
 
@@ -160,6 +164,16 @@ impl Dispatcher {
         &self.site
     }
 
+    /// The dispatcher's public URL: the audience its tokens must name.
+    pub fn audience(&self) -> &str {
+        &self.audience
+    }
+
+    /// The site's current build, loaded from disk (what a reload would swap in).
+    pub fn load_live(&self) -> anyhow::Result<Live> {
+        Live::load(&self.site, &self.config)
+    }
+
     /// The catalogue requests see now.
     pub fn live(&self) -> Arc<Live> {
         self.live.load_full()
@@ -181,6 +195,9 @@ impl Dispatcher {
     /// Reload when `catalogue.sqlite` changed; true when a new build was swapped in. A build
     /// that cannot be read yet keeps the old one serving; the next poll tries again.
     pub fn reload_if_changed(&self) -> bool {
+        let Ok(_swapping) = self.swapping.try_lock() else {
+            return false;
+        };
         let path = self.site.join("catalogue.sqlite");
         let now = live::stamp(&path);
         if now.is_none() || now == self.live.load().stamp {
@@ -202,6 +219,24 @@ impl Dispatcher {
                 false
             }
         }
+    }
+
+    /// Change the site and put the change live in one step: `change` gets the live build,
+    /// changes the site on disk and makes the next build from the live one (`Live::changed`),
+    /// which then serves every request that starts after this returns. The reloader waits
+    /// meanwhile, so it never loads the same change from disk. Nothing changes when `change`
+    /// fails.
+    pub fn update<T, E>(&self, change: impl FnOnce(&Live) -> Result<(Live, T), E>) -> Result<T, E> {
+        let _swapping = self.swapping.lock().unwrap_or_else(|p| p.into_inner());
+        let (next, out) = change(&self.live())?;
+        tracing::info!(
+            commit = %next.info.commit,
+            rows = next.invoker.rows().len(),
+            "a change made in place is live"
+        );
+        self.live.store(Arc::new(next));
+        self.reloads.send_modify(|n| *n += 1);
+        Ok(out)
     }
 
     /// A receiver that changes after every reload.

@@ -118,6 +118,21 @@ impl Invoker {
         &self.inner.rows
     }
 
+    /// The same runners, breaker and environment over another set of rows and search index:
+    /// how a dispatcher serves a row written a moment ago without building its HTTP clients
+    /// again.
+    pub fn with_rows(&self, rows: RowSet, search: Option<Arc<crate::search::Searcher>>) -> Invoker {
+        Invoker {
+            inner: Arc::new(Inner {
+                rows,
+                runners: self.inner.runners.clone(),
+                breaker: self.inner.breaker.clone(),
+                env: self.inner.env.clone(),
+                search,
+            }),
+        }
+    }
+
     pub fn breaker(&self) -> &Breaker {
         &self.inner.breaker
     }

@@ -81,10 +81,11 @@ pub enum LoadError {
     Check { dir: String, report: String },
 }
 
-/// An immutable set of rows indexed by key.
+/// An immutable set of rows indexed by key. Each row is held behind its own `Arc`, so a set
+/// with a few rows changed ([`RowSet::with_changes`]) shares the others with this one.
 #[derive(Clone, Default)]
 pub struct RowSet {
-    rows: Arc<HashMap<String, Callable>>,
+    rows: Arc<HashMap<String, Arc<Callable>>>,
 }
 
 impl std::fmt::Debug for RowSet {
@@ -108,6 +109,42 @@ impl RowSet {
         for (key, c) in rows.iter_mut() {
             if let Some(p) = prints.get(key) {
                 c.fingerprint.clone_from(p);
+            }
+        }
+        RowSet {
+            rows: Arc::new(rows.into_iter().map(|(k, c)| (k, Arc::new(c))).collect()),
+        }
+    }
+
+    /// This set with `upserts` added or replacing the rows of their keys and `removed` gone;
+    /// every other row is shared, not prepared again. `prints` are the new fingerprints of
+    /// the rows whose fingerprint changed (an incremental rebuild computes them: the rows
+    /// changed and those composing them, `row::call::dependents`); a row it does not name
+    /// keeps its fingerprint.
+    pub fn with_changes(
+        &self,
+        upserts: Vec<Row>,
+        removed: &[String],
+        prints: &HashMap<String, String>,
+    ) -> RowSet {
+        let mut rows = (*self.rows).clone();
+        for key in removed {
+            rows.remove(key);
+        }
+        for row in upserts {
+            let mut fresh = Callable::new(row);
+            if let Some(p) = prints.get(&fresh.row.key) {
+                fresh.fingerprint.clone_from(p);
+            }
+            rows.insert(fresh.row.key.clone(), Arc::new(fresh));
+        }
+        for (key, print) in prints {
+            if let Some(c) = rows.get_mut(key)
+                && c.fingerprint != *print
+            {
+                let mut fresh = Callable::new(c.row.clone());
+                fresh.fingerprint.clone_from(print);
+                *c = Arc::new(fresh);
             }
         }
         RowSet {
@@ -141,7 +178,7 @@ impl RowSet {
     }
 
     pub fn get(&self, key: &str) -> Option<&Callable> {
-        self.rows.get(key)
+        self.rows.get(key).map(|c| &**c)
     }
 
     pub fn row(&self, key: &str) -> Option<&Row> {

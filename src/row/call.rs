@@ -101,6 +101,16 @@ pub fn composed(row: &Row) -> Vec<String> {
 /// set lacks) keeps `fingerprint(row)`; a cycle (in a set that was not checked) is cut where it
 /// closes.
 pub fn fingerprints<'a>(rows: impl IntoIterator<Item = &'a Row>) -> HashMap<String, String> {
+    fingerprints_of(rows, None)
+}
+
+/// [`fingerprints`] of the rows named in `wanted` only (and of what they compose, which they
+/// need), over the whole set `rows`: what an incremental rebuild recomputes after a few rows
+/// changed ([`dependents`] says which). The same value as the whole computation gives.
+pub fn fingerprints_of<'a>(
+    rows: impl IntoIterator<Item = &'a Row>,
+    wanted: Option<&[&str]>,
+) -> HashMap<String, String> {
     let by_key: HashMap<&str, &Row> = rows.into_iter().map(|r| (r.key.as_str(), r)).collect();
     let mut done: HashMap<String, String> = HashMap::new();
     fn of<'r>(
@@ -152,11 +162,72 @@ pub fn fingerprints<'a>(rows: impl IntoIterator<Item = &'a Row>) -> HashMap<Stri
         Some(print)
     }
     // In key order, so a cycle (two agents listing each other) is cut in the same place on
-    // every machine that computes it from the same rows.
+    // every machine that computes it from the same rows. A subset is computed in the same
+    // order: where a cycle is cut depends on which of its rows is reached first.
     let mut keys: Vec<&str> = by_key.keys().copied().collect();
     keys.sort_unstable();
-    for k in keys {
-        of(k, &by_key, &mut done, &mut Vec::new());
+    match wanted {
+        None => {
+            for k in keys {
+                of(k, &by_key, &mut done, &mut Vec::new());
+            }
+            done
+        }
+        Some(wanted) => {
+            // A row on a cycle gets the print its place in the whole walk gives it only if
+            // the walk reaches the cycle's rows in the same order: walk every row that comes
+            // before a wanted one and composes something, then the wanted ones.
+            let wanted: std::collections::HashSet<&str> = wanted.iter().copied().collect();
+            let last = keys.iter().rposition(|k| wanted.contains(k));
+            for k in keys.iter().take(last.map_or(0, |l| l + 1)) {
+                let row = by_key[k];
+                if wanted.contains(k) || composes_anything(row) {
+                    of(k, &by_key, &mut done, &mut Vec::new());
+                }
+            }
+            done.retain(|k, _| wanted.contains(k.as_str()));
+            done
+        }
     }
-    done
+}
+
+/// Does `row`'s fingerprint cover other rows' (a flow's steps, included blocks, tools)?
+fn composes_anything(row: &Row) -> bool {
+    match row.kind {
+        RowType::Flow => true,
+        RowType::Agent => !row.includes.is_empty() || !row.allowed_categories.is_empty(),
+        RowType::Fn | RowType::Http => false,
+    }
+}
+
+/// The keys of `rows` whose fingerprint may change when the rows named in `changed` change
+/// (are added, edited or removed): those rows, and every row that composes one of them,
+/// directly or through others; an agent with tools is always included (its tool listing
+/// follows the catalogue's categories).
+pub fn dependents<'a>(
+    rows: impl IntoIterator<Item = &'a Row>,
+    changed: &[&str],
+) -> std::collections::BTreeSet<String> {
+    let mut composed_by: HashMap<String, Vec<&str>> = HashMap::new();
+    let mut out: std::collections::BTreeSet<String> =
+        changed.iter().map(|k| k.to_string()).collect();
+    for row in rows {
+        if row.kind == RowType::Agent && !row.allowed_categories.is_empty() {
+            out.insert(row.key.clone());
+        }
+        if composes_anything(row) {
+            for part in composed(row) {
+                composed_by.entry(part).or_default().push(&row.key);
+            }
+        }
+    }
+    let mut todo: Vec<String> = out.iter().cloned().collect();
+    while let Some(key) = todo.pop() {
+        for user in composed_by.get(&key).into_iter().flatten() {
+            if out.insert(user.to_string()) {
+                todo.push(user.to_string());
+            }
+        }
+    }
+    out
 }

@@ -13,6 +13,7 @@
 pub mod ask;
 pub mod eval;
 pub mod semantic;
+pub mod update;
 
 use crate::row::Row;
 use anyhow::{Context as _, Result};
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
 use tantivy::tokenizer::{
@@ -167,6 +169,9 @@ pub struct Hit {
 struct Fields {
     /// The row's position in `rows.json`: fast field, read per hit.
     ord: Field,
+    /// The key as it is, untokenised: how an incremental rebuild finds the document of a row
+    /// it replaces or removes (`update`). Indexes built before it existed lack it.
+    id: Option<Field>,
     key: Field,
     what: Field,
     more: Field,
@@ -181,6 +186,7 @@ fn schema() -> (Schema, Fields) {
     );
     let fields = Fields {
         ord: b.add_u64_field("ord", tantivy::schema::FAST),
+        id: Some(b.add_text_field("id", tantivy::schema::STRING)),
         key: b.add_text_field("key", text.clone()),
         what: b.add_text_field("what", text.clone()),
         more: b.add_text_field("more", text),
@@ -196,6 +202,7 @@ fn fields_of(schema: &Schema) -> Result<Fields> {
     };
     Ok(Fields {
         ord: f("ord")?,
+        id: schema.get_field("id").ok(),
         key: f("key")?,
         what: f("what")?,
         more: f("more")?,
@@ -304,14 +311,16 @@ pub struct Searcher {
     fields: Fields,
     /// Every indexed term, with a bit per field that holds it: query terms the index lacks
     /// never become clauses, which keeps long questions cheap.
-    vocabulary: std::collections::HashMap<String, (u8, u32)>,
-    rows: Vec<RowMeta>,
+    vocabulary: Arc<Terms>,
+    /// The rows by their `ord`. A row an incremental rebuild replaced or removed keeps its
+    /// place, with an empty key (its document is deleted, so no hit names it).
+    rows: Arc<Vec<RowMeta>>,
     /// Key → position in `rows`, for `meta` on the ask path.
-    by_key: std::collections::HashMap<String, usize>,
+    by_key: Arc<std::collections::HashMap<String, usize>>,
     boosts: Boosts,
     analyzer: TextAnalyzer,
     /// The row vectors, when the index has them (a site built before them has not).
-    semantic: Option<semantic::RowVectors>,
+    semantic: Option<Arc<semantic::RowVectors>>,
     ranking: Ranking,
     fusion: Fusion,
 }
@@ -333,20 +342,7 @@ fn add_rows(
 ) -> Result<()> {
     let mut writer: tantivy::IndexWriter = index.writer_with_num_threads(1, 50_000_000)?;
     for (i, r) in rows.iter().enumerate() {
-        let d = r.doc();
-        writer.add_document(doc!(
-            fields.ord => i as u64,
-            fields.key => key_words(&r.key, vocabulary),
-            fields.what => d.what.clone().unwrap_or_default(),
-            fields.more => [
-                d.when_to_use.as_deref().unwrap_or(""),
-                d.args.as_deref().unwrap_or(""),
-                d.output.as_deref().unwrap_or(""),
-                &r.category.replace('-', " "),
-                &r.asks.join("\n"),
-            ]
-            .join("\n"),
-        ))?;
+        writer.add_document(document(fields, r, i as u64, vocabulary))?;
     }
     writer.commit()?;
     writer.wait_merging_threads()?;
@@ -354,7 +350,7 @@ fn add_rows(
 }
 
 /// What a row's vector is made of: its key's words, what it does and when to use it.
-fn semantic_text(row: &Row, vocabulary: &HashSet<String>) -> String {
+pub(crate) fn semantic_text(row: &Row, vocabulary: &HashSet<String>) -> String {
     let d = row.doc();
     format!(
         "{}. {} {}",
@@ -391,6 +387,45 @@ pub fn write_vectors(dir: &Path, rows: &[Row]) -> Result<()> {
     Ok(())
 }
 
+/// The document of `row` at position `ord` of `rows.json`.
+fn document(
+    fields: &Fields,
+    r: &Row,
+    ord: u64,
+    vocabulary: &HashSet<String>,
+) -> tantivy::TantivyDocument {
+    let [key, what, more] = document_text(r, vocabulary);
+    let mut doc = doc!(
+        fields.ord => ord,
+        fields.key => key,
+        fields.what => what,
+        fields.more => more,
+    );
+    if let Some(id) = fields.id {
+        doc.add_text(id, &r.key);
+    }
+    doc
+}
+
+/// The text a row's document indexes: its key's words, its WHAT, and the rest (when to use,
+/// arguments, output, category and asks).
+fn document_text(r: &Row, vocabulary: &HashSet<String>) -> [String; 3] {
+    let d = r.doc();
+    [
+        key_words(&r.key, vocabulary),
+        d.what.clone().unwrap_or_default(),
+        [
+            d.when_to_use.as_deref().unwrap_or(""),
+            d.args.as_deref().unwrap_or(""),
+            d.output.as_deref().unwrap_or(""),
+            &r.category.replace('-', " "),
+            &r.asks.join("\n"),
+        ]
+        .join("\n"),
+    ]
+}
+
+/// The rows an index holds: enabled ones, in key order.
 /// The rows an ask may answer with: enabled and visible to planners (`planner_visible: false`
 /// keeps a row callable by key but out of asks).
 fn indexable(rows: &[Row]) -> Vec<&Row> {
@@ -476,12 +511,18 @@ fn make_deterministic(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Key → the row's place in `rows.json`, its last place when an incremental rebuild moved
+/// it; the empty places of removed rows left out.
 fn positions(rows: &[RowMeta]) -> std::collections::HashMap<String, usize> {
     rows.iter()
         .enumerate()
+        .filter(|(_, m)| !m.key.is_empty())
         .map(|(i, m)| (m.key.clone(), i))
         .collect()
 }
+
+/// Every indexed term: a bit per field that holds it, and its largest document frequency.
+type Terms = std::collections::HashMap<String, (u8, u32)>;
 
 impl Fields {
     /// The searchable text fields, in the order of their bits in the vocabulary.
@@ -491,27 +532,44 @@ impl Fields {
 }
 
 /// Term → (a bit per field holding it, its largest document frequency in any field).
-fn term_fields(
+fn term_fields(reader: &IndexReader, fields: &Fields) -> Result<Terms> {
+    let mut vocabulary = Terms::new();
+    add_term_fields(&mut vocabulary, reader, fields, &|_| true)?;
+    Ok(vocabulary)
+}
+
+/// Add the terms of the segments `wanted` says to read to `vocabulary`.
+fn add_term_fields(
+    vocabulary: &mut Terms,
     reader: &IndexReader,
     fields: &Fields,
-) -> Result<std::collections::HashMap<String, (u8, u32)>> {
-    let mut vocabulary = std::collections::HashMap::new();
+    wanted: &dyn Fn(&tantivy::index::SegmentId) -> bool,
+) -> Result<()> {
     let searcher = reader.searcher();
     for segment in searcher.segment_readers() {
+        if !wanted(&segment.segment_id()) {
+            continue;
+        }
         for (bit, field) in fields.text().into_iter().enumerate() {
             let inverted = segment.inverted_index(field)?;
             let mut terms = inverted.terms().stream()?;
             while terms.advance() {
                 if let Ok(t) = std::str::from_utf8(terms.key()) {
                     let df = terms.value().doc_freq;
-                    let e = vocabulary.entry(t.to_string()).or_insert((0u8, 0u32));
-                    e.0 |= 1 << bit;
-                    e.1 = e.1.max(df);
+                    match vocabulary.get_mut(t) {
+                        Some(e) => {
+                            e.0 |= 1 << bit;
+                            e.1 = e.1.max(df);
+                        }
+                        None => {
+                            vocabulary.insert(t.to_string(), (1 << bit, df));
+                        }
+                    }
                 }
             }
         }
     }
-    Ok(vocabulary)
+    Ok(())
 }
 
 impl Searcher {
@@ -522,7 +580,12 @@ impl Searcher {
         index.tokenizers().register(ANALYZER, analyzer());
         let fields = fields_of(&index.schema())?;
         let rows: Vec<RowMeta> = serde_json::from_slice(&std::fs::read(dir.join("rows.json"))?)?;
-        let reader = index.reader()?;
+        // Reloaded never by itself: its `rows` are those of the build it was opened on, and an
+        // incremental rebuild changes the index in place (a new `Searcher` serves the change).
+        let reader = index
+            .reader_builder()
+            .reload_policy(tantivy::ReloadPolicy::Manual)
+            .try_into()?;
         let path = dir.join(SEMANTIC_FILE);
         let semantic = if path.exists() {
             let v = semantic::RowVectors::read(&path)?;
@@ -535,17 +598,17 @@ impl Searcher {
                     rows.len()
                 );
             }
-            Some(v)
+            Some(Arc::new(v))
         } else {
             tracing::warn!(index = %dir.display(), "no row vectors: asks rank by words alone; rebuild the site");
             None
         };
         Ok(Searcher {
-            vocabulary: term_fields(&reader, &fields)?,
+            vocabulary: Arc::new(term_fields(&reader, &fields)?),
             reader,
             fields,
-            by_key: positions(&rows),
-            rows,
+            by_key: Arc::new(positions(&rows)),
+            rows: Arc::new(rows),
             boosts: Boosts::default(),
             analyzer: analyzer(),
             semantic,
@@ -564,18 +627,19 @@ impl Searcher {
         add_rows(&index, &fields, &rows, &vocabulary)?;
         let reader = index.reader()?;
         Ok(Searcher {
-            semantic: Some(row_vectors(&rows, &vocabulary, None)?),
+            semantic: Some(Arc::new(row_vectors(&rows, &vocabulary, None)?)),
             ranking: Ranking::default(),
             fusion: Fusion::default(),
-            vocabulary: term_fields(&reader, &fields)?,
+            vocabulary: Arc::new(term_fields(&reader, &fields)?),
             reader,
             fields,
-            by_key: rows
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (r.key.clone(), i))
-                .collect(),
-            rows: rows.iter().map(|r| meta(r)).collect(),
+            by_key: Arc::new(
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.key.clone(), i))
+                    .collect(),
+            ),
+            rows: Arc::new(rows.iter().map(|r| meta(r)).collect()),
             boosts: Boosts::default(),
             analyzer: analyzer(),
         })
@@ -615,12 +679,13 @@ impl Searcher {
         self.by_key.get(key).and_then(|&i| self.rows.get(i))
     }
 
+    /// The rows an ask may answer with.
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.by_key.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.by_key.is_empty()
     }
 
     /// The analysed terms of a query, each once.
@@ -731,9 +796,11 @@ impl Searcher {
                 fused.into_iter().collect()
             }
         };
+        // A row removed by an incremental change keeps its place with an empty key.
         let mut hits: Vec<(f32, &RowMeta)> = scored
             .into_iter()
             .filter_map(|(ord, score)| Some((score, self.rows.get(ord)?)))
+            .filter(|(_, m)| !m.key.is_empty())
             .collect();
         hits.sort_by(|a, b| {
             b.0.total_cmp(&a.0)

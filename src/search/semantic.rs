@@ -260,20 +260,62 @@ impl RowVectors {
             v.digests.push(d);
             v.ends.push(v.ids.len() as u32);
         }
-        v.count();
-        for i in 0..v.len() {
-            match model.embed(v.tokens(i), &v.idf) {
+        v.finish(model);
+        v
+    }
+
+    /// These vectors with the rows at `cleared` emptied (a removed row keeps its place, as in
+    /// `rows.json`) and rows of `added` texts appended; every vector weighed again, since the
+    /// catalogue's frequencies changed.
+    pub fn changed(&self, model: &Model, cleared: &[usize], added: &[String]) -> RowVectors {
+        let mut v = RowVectors {
+            dims: self.dims,
+            df: vec![0u32; model.scale.len()],
+            idf: Vec::new(),
+            scale: Vec::with_capacity(self.len() + added.len()),
+            digests: Vec::with_capacity(self.len() + added.len()),
+            ends: Vec::with_capacity(self.len() + added.len()),
+            ids: Vec::with_capacity(self.ids.len()),
+            data: Vec::with_capacity((self.len() + added.len()) * self.dims),
+        };
+        for i in 0..self.len() {
+            if cleared.contains(&i) {
+                v.digests.push(digest(""));
+            } else {
+                v.ids.extend_from_slice(self.tokens(i));
+                v.digests.push(self.digests[i]);
+            }
+            v.ends.push(v.ids.len() as u32);
+        }
+        for text in added {
+            v.ids.extend(
+                model
+                    .tokens(text)
+                    .into_iter()
+                    .filter_map(|t| u16::try_from(t).ok()),
+            );
+            v.digests.push(digest(text));
+            v.ends.push(v.ids.len() as u32);
+        }
+        v.finish(model);
+        v
+    }
+
+    /// Frequencies, then every row's vector, from the rows' tokens.
+    fn finish(&mut self, model: &Model) {
+        self.count();
+        for i in 0..self.len() {
+            match model.embed(self.tokens(i), &self.idf) {
                 Some((q, s)) => {
-                    v.data.extend(q.iter().map(|&x| x as u8));
-                    v.scale.push(s);
+                    self.data.extend(q.iter().map(|&x| x as u8));
+                    self.scale.push(s);
                 }
                 None => {
-                    v.data.extend(std::iter::repeat_n(0, model.dims));
-                    v.scale.push(0.0);
+                    self.data.extend(std::iter::repeat_n(0, model.dims));
+                    self.scale.push(0.0);
                 }
             }
         }
-        v
     }
 
     /// Row `i`'s tokens.

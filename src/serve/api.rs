@@ -346,7 +346,10 @@ pub(super) async fn route_post(
 }
 
 /// A request's body, refused with 413 over the body limit.
-async fn body_bytes(state: &AppState, req: Request) -> Result<axum::body::Bytes, ApiError> {
+pub(super) async fn body_bytes(
+    state: &AppState,
+    req: Request,
+) -> Result<axum::body::Bytes, ApiError> {
     let limit = state.inner.body_limit;
     axum::body::to_bytes(req.into_body(), limit)
         .await

@@ -96,7 +96,7 @@ impl IntoResponse for ApiError {
 }
 
 /// The status a token refusal answers with.
-fn reason_status(reason: Reason) -> StatusCode {
+pub(super) fn reason_status(reason: Reason) -> StatusCode {
     match reason {
         Reason::Expired => StatusCode::UNAUTHORIZED,
         Reason::ContractChanged => StatusCode::CONFLICT,
@@ -105,7 +105,7 @@ fn reason_status(reason: Reason) -> StatusCode {
     }
 }
 
-fn denied_status(d: &Denied) -> StatusCode {
+pub(super) fn denied_status(d: &Denied) -> StatusCode {
     match d {
         Denied::NoCredential | Denied::NoOwnerKey => StatusCode::UNAUTHORIZED,
         Denied::Forbidden { .. } => StatusCode::FORBIDDEN,

@@ -10,6 +10,7 @@
 //! a build replaces the site directory by exchanging it.
 
 mod api;
+mod directory;
 mod error;
 mod files;
 pub mod mcp;
@@ -27,7 +28,7 @@ use crate::ledger::Ledger;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, get, post, put};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +52,8 @@ pub(crate) struct Shared {
     /// HTTP requests received, for `/metrics`.
     pub(crate) requests: AtomicU64,
     pub(crate) mcp: mcp::Endpoint,
+    /// The write API (`--write`), when on.
+    pub(crate) writer: Option<Arc<crate::write::Writer>>,
 }
 
 /// How a dispatcher is set up.
@@ -72,6 +75,9 @@ pub struct Settings {
     pub max_inflight: usize,
     /// What `/mcp` lists: one tool per row, or the ask/contract/invoke trio.
     pub mcp: mcp::Options,
+    /// `--catalogue DIR --write direct|propose`: the site opened for writes; none keeps the
+    /// write API off.
+    pub write: Option<crate::write::Ready>,
 }
 
 impl Settings {
@@ -87,6 +93,7 @@ impl Settings {
             body_limit: DEFAULT_BODY_LIMIT,
             max_inflight: 1024,
             mcp: mcp::Options::default(),
+            write: None,
         }
     }
 }
@@ -106,13 +113,19 @@ impl AppState {
             config: settings.config,
             max_inflight: settings.max_inflight,
         })?;
+        let dispatcher = Arc::new(dispatcher);
+        let writer = match settings.write {
+            Some(ready) => Some(Arc::new(ready.writer(dispatcher.clone())?)),
+            None => None,
+        };
         Ok(AppState {
             inner: Arc::new(Shared {
-                dispatcher: Arc::new(dispatcher),
+                dispatcher,
                 base,
                 body_limit: settings.body_limit,
                 requests: AtomicU64::new(0),
                 mcp: mcp::Endpoint::new(settings.mcp),
+                writer,
             }),
         })
     }
@@ -140,6 +153,11 @@ impl AppState {
     /// The catalogue requests see now.
     pub fn live(&self) -> Arc<Live> {
         self.inner.dispatcher.live()
+    }
+
+    /// The write API, when this dispatcher takes writes.
+    pub fn writer(&self) -> Option<&Arc<crate::write::Writer>> {
+        self.inner.writer.as_ref()
     }
 
     /// The site directory the static files are served from.
@@ -171,7 +189,7 @@ fn table() -> [(
     &'static str,
     &'static [&'static str],
     MethodRouter<AppState>,
-); 6] {
+); 7] {
     [
         (
             "/api/dispatch",
@@ -184,6 +202,13 @@ fn table() -> [(
             get(receipt::receipt).post(receipt::receipt_form),
         ),
         ("/api/route", &["post"], post(api::route_post)),
+        (
+            "/api/directory/{key}",
+            &["put", "patch", "delete"],
+            put(directory::put)
+                .patch(directory::patch)
+                .delete(directory::delete),
+        ),
         ("/metrics", &["get"], get(api::metrics)),
         (
             "/mcp",

@@ -30,6 +30,32 @@ pub fn document(base_url: &str) -> Json {
 
 #[cfg(test)]
 mod tests {
+    /// serde_yaml keeps the last of two equal keys: a second `parameters:` under
+    /// `components` once hid the first.
+    #[test]
+    fn no_key_is_given_twice() {
+        let text = include_str!("openapi.yaml");
+        let mut seen = std::collections::HashSet::new();
+        let mut path: Vec<(usize, String)> = Vec::new();
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            let indent = line.len() - trimmed.len();
+            if trimmed.starts_with('#') || trimmed.starts_with('-') || !trimmed.contains(':') {
+                continue;
+            }
+            let key = trimmed.split(':').next().unwrap_or_default().to_string();
+            if key.contains(' ') || key.contains('{') && !key.starts_with('/') {
+                continue;
+            }
+            while path.last().is_some_and(|(i, _)| *i >= indent) {
+                path.pop();
+            }
+            path.push((indent, key));
+            let full: Vec<&str> = path.iter().map(|(_, k)| k.as_str()).collect();
+            assert!(seen.insert(full.join("/")), "{} twice", full.join("/"));
+        }
+    }
+
     #[test]
     fn parses_and_names_the_server() {
         let d = super::document("http://x.example/");

@@ -1016,7 +1016,7 @@ fn packed_newest_first(repo: &gix::Repository, rel: &Path, commits: &[Link]) -> 
 }
 
 /// What history shows of commit `id`, read from the repository.
-fn info_at(repo: &gix::Repository, id: ObjectId) -> Result<CommitInfo> {
+pub fn info_at(repo: &gix::Repository, id: ObjectId) -> Result<CommitInfo> {
     Ok(commit_info(&repo.find_object(id)?.try_into_commit()?))
 }
 

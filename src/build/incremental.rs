@@ -1,0 +1,864 @@
+//! A built site changed in place, a few rows at a time: the rebuild a row written through the
+//! dispatcher's write API gets, and `capdir build` after a `git pull` that brought a few
+//! commits.
+//!
+//! A full build (`build::run`) makes every file again in a directory beside the site and swaps
+//! it in: for one row changed out of ten thousand, most of a second spent on rows that did not
+//! change. Here the site is held in memory ([`Built`]: its rows, their history and
+//! fingerprints, the search index, the tombstones) and a change is applied in two parts:
+//!
+//! - [`Built::apply`]: what a request about the changed rows reads: their contract files
+//!   (and those of rows whose fingerprint covers them), tombstones, the search index, then the
+//!   snapshot (last: a dispatcher that reloads watches it). It returns what a dispatcher
+//!   swaps into its live build, so the row is served on the next request.
+//! - [`Pages::write`]: the files that list every row (index, category and search pages,
+//!   registry, llms.txt, MCP tools, sitemap, counts) and the manifest. A dispatcher runs it
+//!   after answering, once for however many writes landed meanwhile; `capdir build` runs it
+//!   before returning.
+//!
+//! The result holds what a full build of the same commit holds, file for file, but for the
+//! bytes of the search index (other segments; the same answers up to BM25 counting deleted
+//! documents, see `search::update`) and of the snapshot (the same rows), and the lists beside
+//! (`.page-inputs` grows a line per changed row). A site can only be changed this way when it
+//! was made by this capdir with the same options (`.build-options.json` says how it was made)
+//! and its index has the `id` field; otherwise, and for large changes, a full build runs.
+
+use crate::build::contract::{Contract, Tombstone};
+use crate::build::history::{self, History};
+use crate::build::site::{self, Common, Listing, SiteMeta};
+use crate::build::snapshot::{self, BuildInfo, Counts};
+use crate::build::{BuildError, HISTORY_CACHE, Options, git, manifest, tombstones};
+use crate::check::check_files;
+use crate::row::Row;
+use crate::row::catalogue;
+use crate::row::diag::{Format, render};
+use crate::row::urls::Urls;
+use crate::search::Searcher;
+use crate::search::update::IndexState;
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How a site was made, kept beside it (hidden, so in no manifest).
+pub const MADE_FILE: &str = ".build-options.json";
+
+/// In [`Built::touched`]: every file of the site may have changed.
+const EVERY_FILE: &str = "*";
+
+/// A change of more rows than this (or of a tenth of the catalogue, when that is more) is
+/// made by a full build: past it, rewriting everything costs less than changing in place.
+const MAX_ROWS_CHANGED: usize = 200;
+
+/// How a site was made: a rebuild changes a site in place only when it would make it the
+/// same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Made {
+    pub capdir_version: String,
+    pub dispatcher_url: String,
+    pub site_url: Option<String>,
+    /// The repository's web address as resolved (given, or from the `origin` remote).
+    pub repo_url: Option<String>,
+}
+
+impl Made {
+    /// How `opts` make a site.
+    pub fn of(opts: &Options) -> Made {
+        let repo_url = match &opts.repo_url {
+            Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
+            Some(_) => None,
+            None => git::origin_web_url(&opts.catalogue),
+        };
+        Made {
+            capdir_version: env!("CARGO_PKG_VERSION").to_string(),
+            dispatcher_url: opts.dispatcher_url.clone(),
+            site_url: opts.site_url.clone(),
+            repo_url,
+        }
+    }
+
+    pub fn urls(&self) -> Urls {
+        Urls::new(&self.dispatcher_url)
+            .with_site(self.site_url.as_deref())
+            .with_repo(self.repo_url.clone())
+    }
+
+    pub fn save(&self, site: &Path) -> Result<()> {
+        std::fs::write(site.join(MADE_FILE), serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", site.join(MADE_FILE).display()))
+    }
+
+    fn read(site: &Path) -> Option<Made> {
+        serde_json::from_slice(&std::fs::read(site.join(MADE_FILE)).ok()?).ok()
+    }
+}
+
+/// Replace `path` whole: written beside it, then renamed over it, so a reader sees the old
+/// file or the new one, never part of one.
+pub fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("a file name")?;
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+}
+
+/// Rows to change in a site: new or edited ones, as parsed from their files, and the keys
+/// of rows whose files are gone (or whose tombstone changed).
+#[derive(Debug, Default)]
+pub struct Delta {
+    pub upserts: Vec<Row>,
+    pub removed: Vec<String>,
+}
+
+impl Delta {
+    pub fn len(&self) -> usize {
+        self.upserts.len() + self.removed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A site opened for changing in place, or why it needs a full build.
+pub enum Opened {
+    /// The site as built, and what the work tree and history changed since.
+    Ready(Box<Built>, Delta),
+    Full(String),
+}
+
+/// What a dispatcher needs to serve a change: the rows to add or replace (enabled ones), the
+/// keys to drop (removed or disabled rows), the fingerprints that changed, and the new
+/// index, build facts and tombstones.
+pub struct Applied {
+    pub rows: Vec<Row>,
+    pub gone: Vec<String>,
+    pub prints: HashMap<String, String>,
+    pub searcher: Searcher,
+    pub info: BuildInfo,
+    pub tombstones: HashMap<String, Option<String>>,
+    /// The time each part took.
+    pub steps: Vec<(&'static str, Duration)>,
+}
+
+/// A built site held in memory, ready to be changed a few rows at a time.
+pub struct Built {
+    catalogue: PathBuf,
+    out: PathBuf,
+    urls: Urls,
+    repo_url: Option<String>,
+    /// Every row of the catalogue the site was built from, by key.
+    rows: BTreeMap<String, Arc<Row>>,
+    /// The catalogue's history up to the commit the site was built from (and, for changes
+    /// not yet applied, the commits that made them).
+    pub history: History,
+    /// The fingerprints of the enabled rows.
+    prints: HashMap<String, String>,
+    index: IndexState,
+    info: BuildInfo,
+    tombstones: BTreeMap<String, Tombstone>,
+    tera: tera::Tera,
+    /// Files changed since the manifest was last written, relative to the site.
+    touched: BTreeSet<String>,
+    /// What the rules across rows say of `rows`, when a gate has worked it out (the write
+    /// path keeps it from one write to the next).
+    pub across: Option<Vec<crate::row::diag::Diagnostic>>,
+}
+
+impl std::fmt::Debug for Built {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Built")
+            .field("out", &self.out)
+            .field("rows", &self.rows.len())
+            .field("commit", &self.info.commit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Built {
+    /// Open the site `opts.out` for changing in place, with the change that brings it to the
+    /// work tree and the history of `opts.catalogue` (checked whole first, as a build does).
+    pub fn open(opts: &Options) -> Result<Opened, BuildError> {
+        let out = &opts.out;
+        let made = Made::of(opts);
+        match Made::read(out) {
+            Some(m) if m == made => {}
+            Some(_) => {
+                return Ok(Opened::Full(
+                    "the site was built by another capdir or with other options".into(),
+                ));
+            }
+            None => return Ok(Opened::Full("no site built by this capdir yet".into())),
+        }
+        let snapshot_path = out.join("catalogue.sqlite");
+        let (Ok(snap), Ok(extras)) = (
+            snapshot::open(&snapshot_path),
+            snapshot::built(&snapshot_path),
+        ) else {
+            return Ok(Opened::Full("the site's snapshot does not read".into()));
+        };
+        let files = catalogue::read_dir(&opts.catalogue).with_context(|| {
+            format!(
+                "cannot read catalogue directory {}",
+                opts.catalogue.display()
+            )
+        })?;
+        let checked = check_files(&files);
+        if checked.has_errors() {
+            return Err(BuildError::Check(render(
+                &checked.diags,
+                checked.files,
+                Format::Text,
+            )));
+        }
+        let history = history::read_cached(
+            &opts.catalogue,
+            Some(&out.join(HISTORY_CACHE)),
+            crate::cores(),
+            None,
+        );
+        if let Some(why) = &history.missing {
+            return Ok(Opened::Full(format!("no Git history ({why})")));
+        }
+        let Some(index) = IndexState::read(&out.join("index"), &snap.rows)? else {
+            return Ok(Opened::Full(
+                "the site's index cannot be changed row by row".into(),
+            ));
+        };
+        let urls = made.urls();
+        let now: BTreeMap<String, Row> = checked
+            .rows
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect();
+        let mut rows: BTreeMap<String, Arc<Row>> = BTreeMap::new();
+        let mut delta = Delta::default();
+        for old in snap.rows {
+            let Some(new) = now.get(&old.key) else {
+                delta.removed.push(old.key.clone());
+                rows.insert(old.key.clone(), Arc::new(old));
+                continue;
+            };
+            let file = file_name(new);
+            let shas: Vec<&str> = history
+                .of(file)
+                .iter()
+                .map(|c| c.commit.sha.as_str())
+                .collect();
+            let built_shas: Vec<&str> = extras
+                .histories
+                .get(&old.key)
+                .map(|v| v.iter().map(String::as_str).collect())
+                .unwrap_or_default();
+            if snapshot::columns(new) != snapshot::columns(&old) || shas != built_shas {
+                delta.upserts.push(new.clone());
+                rows.insert(old.key.clone(), Arc::new(old));
+            } else {
+                // Unchanged: the parsed row, which knows where its fields are.
+                rows.insert(old.key.clone(), Arc::new(new.clone()));
+            }
+        }
+        for (key, new) in &now {
+            if !rows.contains_key(key) {
+                delta.upserts.push(new.clone());
+            }
+        }
+        // Tombstones the history gives now, against those the site holds.
+        let live: Vec<Row> = now.into_values().collect();
+        let tombs: BTreeMap<String, Tombstone> = tombstones(&history, &live, &urls)
+            .into_iter()
+            .map(|t| (t.key.clone(), t))
+            .collect();
+        for (key, t) in &tombs {
+            let same = extras.removals.get(key) == Some(&t.removed_by);
+            if !same && !delta.removed.contains(key) {
+                delta.removed.push(key.clone());
+            }
+        }
+        if extras
+            .removals
+            .keys()
+            .any(|k| !tombs.contains_key(k) && !live.iter().any(|r| r.key == *k))
+        {
+            return Ok(Opened::Full(
+                "a tombstone of the site is in the history no more".into(),
+            ));
+        }
+        if delta.len() > MAX_ROWS_CHANGED.max(live.len() / 10) {
+            return Ok(Opened::Full(format!(
+                "{} rows changed: a full build is quicker",
+                delta.len()
+            )));
+        }
+        let built = Built {
+            catalogue: opts.catalogue.clone(),
+            out: out.clone(),
+            urls,
+            repo_url: made.repo_url,
+            rows,
+            history,
+            prints: extras.prints,
+            index,
+            info: snap.info,
+            tombstones: tombs,
+            tera: site::tera()?,
+            touched: BTreeSet::new(),
+            across: None,
+        };
+        Ok(Opened::Ready(Box::new(built), delta))
+    }
+
+    /// The site directory.
+    pub fn out(&self) -> &Path {
+        &self.out
+    }
+
+    /// Whether the site on disk is still the one this model holds (no other build replaced
+    /// it since).
+    pub fn holds_site(&self) -> bool {
+        self.index.is_in(&self.out.join("index"))
+    }
+
+    /// The catalogue directory.
+    pub fn catalogue(&self) -> &Path {
+        &self.catalogue
+    }
+
+    /// The commit the site was built from.
+    pub fn commit(&self) -> &str {
+        &self.info.commit
+    }
+
+    /// The row of `key`, as the site holds it.
+    pub fn row(&self, key: &str) -> Option<&Row> {
+        self.rows.get(key).map(|r| &**r)
+    }
+
+    /// Every row, by key.
+    pub fn rows(&self) -> impl Iterator<Item = &Row> {
+        self.rows.values().map(|r| &**r)
+    }
+
+    pub fn urls(&self) -> &Urls {
+        &self.urls
+    }
+
+    /// The search index as the site holds it, searchable.
+    pub fn searcher(&self) -> Result<Searcher> {
+        self.index.searcher()
+    }
+
+    /// The search index with `upserts` and `removed` changed, in memory only (nothing is
+    /// written): what the write gate asks the new rows' asks of before anything changes.
+    pub fn stage_index(&self, upserts: &[&Row], removed: &[&str]) -> Result<IndexState> {
+        self.index.change(upserts, removed)
+    }
+
+    /// Apply `delta` to the site on disk and to this model: see the module's comment for
+    /// what is written, in which order. `self.history` must already hold the commits that
+    /// made the change; `staged` is the index [`Built::stage_index`] made for this very
+    /// change, if any. The build facts name `head`.
+    pub fn apply(
+        &mut self,
+        delta: Delta,
+        staged: Option<IndexState>,
+        head: Option<&history::CommitInfo>,
+    ) -> Result<Applied> {
+        let mut steps = Vec::new();
+        let mut clock = Instant::now();
+        let mut lap = |name: &'static str, clock: &mut Instant| {
+            steps.push((name, clock.elapsed()));
+            *clock = Instant::now();
+        };
+        let staged = match staged {
+            Some(s) => s,
+            None => {
+                let upserts: Vec<&Row> = delta.upserts.iter().collect();
+                let removed: Vec<&str> = delta.removed.iter().map(String::as_str).collect();
+                self.index.change(&upserts, &removed)?
+            }
+        };
+        lap("index", &mut clock);
+        let changed: Vec<String> = delta
+            .upserts
+            .iter()
+            .map(|r| r.key.clone())
+            .chain(delta.removed.iter().cloned())
+            .collect();
+        // The caller says what the rules across the changed rows are, when it knows.
+        self.across = None;
+        for key in &delta.removed {
+            self.rows.remove(key);
+        }
+        for row in &delta.upserts {
+            self.rows.insert(row.key.clone(), Arc::new(row.clone()));
+            self.tombstones.remove(&row.key);
+        }
+        if let Some(head) = head {
+            self.info.commit.clone_from(&head.sha);
+            self.info.date.clone_from(&head.date);
+        }
+        self.info.counts = Counts::of(self.rows.values().map(|r| &**r));
+
+        // Fingerprints: of the rows changed and of those composing them.
+        let enabled: Vec<&Row> = self
+            .rows
+            .values()
+            .filter(|r| r.enabled)
+            .map(|r| &**r)
+            .collect();
+        let changed_refs: Vec<&str> = changed.iter().map(String::as_str).collect();
+        let reach = crate::row::call::dependents(enabled.iter().copied(), &changed_refs);
+        let wanted: Vec<&str> = reach
+            .iter()
+            .map(String::as_str)
+            .filter(|k| self.rows.get(*k).is_some_and(|r| r.enabled))
+            .collect();
+        let fresh = crate::row::call::fingerprints_of(enabled.iter().copied(), Some(&wanted));
+        let mut prints_changed = HashMap::new();
+        for (k, p) in fresh {
+            if self.prints.get(&k) != Some(&p) {
+                prints_changed.insert(k.clone(), p.clone());
+                self.prints.insert(k, p);
+            }
+        }
+        let mut gone: Vec<String> = Vec::new();
+        for key in &changed {
+            if !self.rows.get(key).is_some_and(|r| r.enabled) {
+                self.prints.remove(key);
+                gone.push(key.clone());
+            }
+        }
+        lap("fingerprints", &mut clock);
+
+        // Contracts: the rows changed and the rows whose fingerprint changed.
+        let common = Common {
+            site: SiteMeta::default_for(&self.info.counts),
+            counts: &self.info.counts,
+            build: &self.info,
+            repo_url: self.repo_url.clone(),
+            dispatcher: self.urls.dispatcher.clone(),
+        };
+        let mut rendered: BTreeSet<&str> = BTreeSet::new();
+        let mut inputs = Vec::new();
+        let to_render = delta
+            .upserts
+            .iter()
+            .map(|r| r.key.as_str())
+            .chain(prints_changed.keys().map(String::as_str));
+        for key in to_render {
+            let Some(row) = self.rows.get(key).filter(|r| r.enabled) else {
+                continue;
+            };
+            if !rendered.insert(key) {
+                continue;
+            }
+            let contract = Contract::new(
+                row,
+                self.history.of(file_name(row)),
+                &self.urls,
+                &self.prints[key],
+            );
+            let digest = site::replace_contract(&self.out, &self.tera, &common, &contract)?;
+            inputs.push((key.to_string(), Some(digest)));
+            for ext in ["md", "json", "html"] {
+                self.touched.insert(format!("k/{key}.{ext}"));
+            }
+        }
+        // Rows gone: a tombstone when the history shows the file deleted; a disabled row's
+        // pages are removed, as a full build makes none.
+        for key in &gone {
+            let file = self.file_of(key);
+            let tomb = (!self.rows.contains_key(key))
+                .then(|| Tombstone::from_history(key, self.history.of(&file), &self.urls))
+                .flatten();
+            match &tomb {
+                Some(t) => write_tombstone(&self.out, &self.tera, &common, t)?,
+                None => {
+                    for ext in ["md", "json", "html"] {
+                        let _ = std::fs::remove_file(self.out.join(format!("k/{key}.{ext}")));
+                    }
+                }
+            }
+            for ext in ["md", "json", "html"] {
+                self.touched.insert(format!("k/{key}.{ext}"));
+            }
+            inputs.push((key.clone(), None));
+            match tomb {
+                Some(t) => self.tombstones.insert(key.clone(), t),
+                None => self.tombstones.remove(key),
+            };
+        }
+        site::append_page_inputs(&self.out, &inputs)?;
+        lap("contracts", &mut clock);
+
+        staged.write(&self.out.join("index"), &self.index)?;
+        self.touched.insert("index/".into());
+        self.index = staged;
+        lap("index written", &mut clock);
+
+        // The snapshot last: a dispatcher that reloads on its own watches it.
+        let upserted: Vec<&Row> = delta
+            .upserts
+            .iter()
+            .filter_map(|r| self.rows.get(&r.key).map(|r| &**r))
+            .collect();
+        let print_only: Vec<(&str, &str)> = prints_changed
+            .iter()
+            .filter(|(k, _)| !changed.contains(k))
+            .map(|(k, p)| (k.as_str(), p.as_str()))
+            .collect();
+        let removed: Vec<&str> = delta
+            .removed
+            .iter()
+            .map(String::as_str)
+            .filter(|k| !self.rows.contains_key(*k))
+            .collect();
+        let tomb_changes: Vec<(&str, Option<&Tombstone>)> = changed
+            .iter()
+            .map(|k| (k.as_str(), self.tombstones.get(k)))
+            .collect();
+        snapshot::update(
+            &self.out.join("catalogue.sqlite"),
+            &snapshot::Update {
+                rows: upserted,
+                removed,
+                prints: print_only,
+                tombstones: tomb_changes,
+                info: &self.info,
+            },
+            &self.history,
+            &self.prints,
+        )?;
+        self.touched.insert("catalogue.sqlite".into());
+        lap("snapshot", &mut clock);
+
+        let rows = delta
+            .upserts
+            .into_iter()
+            .filter(|r| r.enabled)
+            .collect::<Vec<Row>>();
+        Ok(Applied {
+            rows,
+            gone,
+            prints: prints_changed,
+            searcher: self.index.searcher()?,
+            info: self.info.clone(),
+            tombstones: self
+                .tombstones
+                .iter()
+                .map(|(k, t)| (k.clone(), t.replaced_by.clone()))
+                .collect(),
+            steps,
+        })
+    }
+
+    /// The file name of the row `key` (or of the file it was read from, when gone).
+    fn file_of(&self, key: &str) -> String {
+        self.rows.get(key).map_or_else(
+            || {
+                ["yaml", "yml"]
+                    .iter()
+                    .map(|ext| format!("{key}.{ext}"))
+                    .find(|f| !self.history.of(f).is_empty())
+                    .unwrap_or_else(|| format!("{key}.yaml"))
+            },
+            |r| file_name(r).to_string(),
+        )
+    }
+
+    /// What [`Pages::write`] needs, taken now: the files changed since the last pages were
+    /// written go with it.
+    pub fn pages(&mut self) -> Pages {
+        let enabled: Vec<Arc<Row>> = self.rows.values().filter(|r| r.enabled).cloned().collect();
+        let listings = enabled
+            .iter()
+            .map(|r| Listing::new(r, self.history.of(file_name(r))))
+            .collect();
+        Pages {
+            out: self.out.clone(),
+            rows: enabled,
+            listings,
+            tombstones: self.tombstones.values().cloned().collect(),
+            prints: self.prints.clone(),
+            info: self.info.clone(),
+            urls: self.urls.clone(),
+            repo_url: self.repo_url.clone(),
+            touched: std::mem::take(&mut self.touched),
+        }
+    }
+
+    /// After listing pages that failed to be written: the next ones hash every file of the
+    /// site into the manifest, since which files the failed run had changed is not known.
+    pub fn pages_failed(&mut self) {
+        self.touched.insert(EVERY_FILE.into());
+    }
+
+    /// Save the history this model holds as the site's history cache, so a later build walks
+    /// only newer commits.
+    pub fn save_history(&self) -> Result<()> {
+        history::save_cache(
+            &self.history,
+            &self.catalogue,
+            &self.out.join(HISTORY_CACHE),
+        )
+    }
+}
+
+/// The name of the file a row was read from.
+fn file_name(row: &Row) -> &str {
+    row.path.file_name().and_then(|n| n.to_str()).unwrap_or("")
+}
+
+/// Write a tombstone's three files in place, each replaced whole.
+fn write_tombstone(out: &Path, tera: &tera::Tera, common: &Common, t: &Tombstone) -> Result<()> {
+    let scratch = scratch_beside(out)?;
+    let made = site::write_tombstone(&scratch, tera, common, t).and_then(|()| {
+        for ext in ["md", "json", "html"] {
+            let name = format!("k/{}.{ext}", t.key);
+            std::fs::rename(scratch.join(&name), out.join(&name))?;
+        }
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    made
+}
+
+/// A fresh, empty directory beside `out` (on its file system, so files move by renaming).
+fn scratch_beside(out: &Path) -> Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("site");
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = parent.join(format!(".{name}.update-{}-{n}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The files that list every row, to be written after a change: taken from a [`Built`] in a
+/// moment, written without holding it.
+pub struct Pages {
+    out: PathBuf,
+    rows: Vec<Arc<Row>>,
+    listings: Vec<Listing>,
+    tombstones: Vec<Tombstone>,
+    prints: HashMap<String, String>,
+    info: BuildInfo,
+    urls: Urls,
+    repo_url: Option<String>,
+    touched: BTreeSet<String>,
+}
+
+impl Pages {
+    /// Render the pages and projections beside the site, move each into place (renamed
+    /// over the old one), drop the category pages of categories gone, and update the
+    /// manifest with every file changed since it was last written.
+    pub fn write(self) -> Result<Duration> {
+        let started = Instant::now();
+        let scratch = scratch_beside(&self.out)?;
+        let written = self.render(&scratch);
+        let _ = std::fs::remove_dir_all(&scratch);
+        let mut touched = written?;
+        touched.extend(self.touched);
+        if touched.contains(EVERY_FILE) {
+            manifest::write(&self.out, &self.info.commit, None)?;
+            return Ok(started.elapsed());
+        }
+        // The index directory's files changed as a whole: list what is there now, and what
+        // the manifest had there.
+        if touched.remove("index/") {
+            if let Ok(entries) = std::fs::read_dir(self.out.join("index")) {
+                for e in entries.flatten() {
+                    if let Some(name) = e.file_name().to_str().filter(|n| !n.starts_with('.')) {
+                        touched.insert(format!("index/{name}"));
+                    }
+                }
+            }
+            if let Some(m) = manifest::Manifest::read(&self.out) {
+                touched.extend(
+                    m.files
+                        .into_iter()
+                        .map(|e| e.path)
+                        .filter(|p| p.starts_with("index/")),
+                );
+            }
+        }
+        manifest::update(&self.out, &self.info.commit, &touched)?;
+        Ok(started.elapsed())
+    }
+
+    /// Write the pages into `scratch`, then move them into the site; the paths written.
+    fn render(&self, scratch: &Path) -> Result<BTreeSet<String>> {
+        let common = Common {
+            site: SiteMeta::default_for(&self.info.counts),
+            counts: &self.info.counts,
+            build: &self.info,
+            repo_url: self.repo_url.clone(),
+            dispatcher: self.urls.dispatcher.clone(),
+        };
+        let rows: Vec<&Row> = self.rows.iter().map(|r| &**r).collect();
+        let mut categories: Vec<String> = rows
+            .iter()
+            .map(|r| crate::row::category_name(&r.category).to_string())
+            .collect();
+        categories.sort();
+        categories.dedup();
+        // The pages and the projections side by side, as a full build writes them.
+        std::thread::scope(|s| -> Result<()> {
+            let projections = s.spawn(|| {
+                site::write_projections(
+                    scratch,
+                    &rows,
+                    &common,
+                    &self.urls,
+                    &categories,
+                    &self.prints,
+                )
+            });
+            let tera = site::tera()?;
+            site::write_pages(
+                scratch,
+                &tera,
+                &common,
+                &rows,
+                &self.listings,
+                &self.tombstones,
+            )?;
+            projections
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the projections thread panicked")))
+        })?;
+        let mut written = BTreeSet::new();
+        let mut dirs = vec![scratch.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                let path = entry.path();
+                let rel = path
+                    .strip_prefix(scratch)
+                    .map(|p| p.to_string_lossy().replace('\\', "/"))
+                    .unwrap_or_default();
+                if entry.file_type()?.is_dir() {
+                    std::fs::create_dir_all(self.out.join(&rel))?;
+                    dirs.push(path);
+                } else {
+                    std::fs::rename(&path, self.out.join(&rel))
+                        .with_context(|| format!("moving {rel} into the site"))?;
+                    written.insert(rel);
+                }
+            }
+        }
+        // Category pages of categories no row has any more.
+        if let Ok(entries) = std::fs::read_dir(self.out.join("c")) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let rel = format!("c/{name}");
+                if !name.starts_with('.') && !written.contains(&rel) {
+                    let _ = std::fs::remove_file(e.path());
+                    written.insert(rel);
+                }
+            }
+        }
+        Ok(written)
+    }
+}
+
+/// What `capdir build` did when it changed the site in place.
+#[derive(Debug)]
+pub struct Updated {
+    pub changed: usize,
+    pub steps: Vec<(&'static str, Duration, String)>,
+}
+
+/// `capdir build` over a site it can change in place: open it, apply what changed, write
+/// the pages and the history cache. `Ok(None)` when a full build is needed (and why is
+/// logged).
+pub fn build(opts: &Options) -> Result<Option<Updated>, BuildError> {
+    Ok(catch_up(opts)?.map(|(_, updated)| updated))
+}
+
+/// [`build`], keeping the site it changed open for more changes.
+pub fn catch_up(opts: &Options) -> Result<Option<(Built, Updated)>, BuildError> {
+    let started = Instant::now();
+    let (mut built, delta) = match Built::open(opts)? {
+        Opened::Ready(b, d) => (*b, d),
+        Opened::Full(why) => {
+            tracing::info!(reason = %why, "full build");
+            return Ok(None);
+        }
+    };
+    let mut steps = vec![(
+        "open",
+        started.elapsed(),
+        format!(
+            "{} rows checked, {} changed since commit {}",
+            built.rows.len(),
+            delta.len(),
+            short(built.commit())
+        ),
+    )];
+    let head = built.history.head.clone();
+    let changed = delta.len();
+    let same_commit = head.as_ref().is_none_or(|h| h.sha == built.commit());
+    if delta.is_empty() && same_commit {
+        return Ok(Some((built, Updated { changed, steps })));
+    }
+    let clock = Instant::now();
+    let applied = built.apply(delta, None, head.as_deref())?;
+    steps.push((
+        "apply",
+        clock.elapsed(),
+        applied
+            .steps
+            .iter()
+            .map(|(n, t)| format!("{n} {:.1} ms", t.as_secs_f64() * 1000.0))
+            .collect::<Vec<_>>()
+            .join(", "),
+    ));
+    let pages = built.pages();
+    let took = pages.write()?;
+    steps.push((
+        "pages",
+        took,
+        "index, categories, search, projections, manifest".into(),
+    ));
+    let clock = Instant::now();
+    built.save_history()?;
+    steps.push(("history", clock.elapsed(), "cache saved".into()));
+    Ok(Some((built, Updated { changed, steps })))
+}
+
+/// The site of `opts` brought up to the catalogue (changed in place, or built anew) and
+/// held open for changes: what a dispatcher that writes rows starts from.
+pub fn open_current(opts: &Options) -> Result<Built, BuildError> {
+    match catch_up(opts) {
+        Ok(Some((built, _))) => return Ok(built),
+        Ok(None) => {}
+        Err(BuildError::Check(d)) => return Err(BuildError::Check(d)),
+        Err(BuildError::Other(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "changing the site in place failed; building it anew");
+        }
+    }
+    crate::build::run(opts)?;
+    match Built::open(opts)? {
+        Opened::Ready(built, _) => Ok(*built),
+        Opened::Full(why) => Err(BuildError::Other(anyhow::anyhow!(
+            "the site just built cannot be changed in place: {why}"
+        ))),
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..10).unwrap_or(sha)
+}

@@ -1,0 +1,244 @@
+//! `PUT`, `PATCH` and `DELETE /api/directory/KEY`: the write API over HTTP. The work is
+//! `write::Writer`'s; here a request becomes a `write::Request` (the body's format from its
+//! `Content-Type`, the message and the replacement from the query) and its outcome a status
+//! and a JSON body: 201 with the commit on the current branch (`--write direct`), 202 with
+//! the branch pushed for review (`--write propose`).
+
+use super::{ApiError, AppState, authenticate, sent_credential};
+use crate::row::diag::Diagnostic;
+use crate::write::{self, Format, Mode, Op, WriteError, Written};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WriteQuery {
+    /// The commit message; generated when none.
+    message: Option<String>,
+    /// `DELETE`: the key that replaces the removed row (its tombstone's `Replaced-by:`).
+    replaced_by: Option<String>,
+}
+
+pub(super) async fn put(
+    state: State<AppState>,
+    key: Path<String>,
+    query: Result<Query<WriteQuery>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    with_body(state, key, query, req, |body, format| Op::Put {
+        body,
+        format,
+    })
+    .await
+}
+
+pub(super) async fn patch(
+    state: State<AppState>,
+    key: Path<String>,
+    query: Result<Query<WriteQuery>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    with_body(state, key, query, req, |body, format| Op::Patch {
+        body,
+        format,
+    })
+    .await
+}
+
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    query: Result<Query<WriteQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let q = checked_query(query)?;
+    let op = Op::Delete {
+        replaced_by: q.replaced_by.filter(|r| !r.trim().is_empty()),
+    };
+    run(&state, &headers, key, op, q.message).await
+}
+
+fn checked_query(
+    query: Result<Query<WriteQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<WriteQuery, ApiError> {
+    query.map(|Query(q)| q).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            e.body_text(),
+            "use ?message=… (and for DELETE ?replaced_by=KEY)",
+        )
+    })
+}
+
+async fn with_body(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    query: Result<Query<WriteQuery>, axum::extract::rejection::QueryRejection>,
+    req: Request,
+    op: impl FnOnce(Vec<u8>, Format) -> Op,
+) -> Result<Response, ApiError> {
+    let q = checked_query(query)?;
+    if q.replaced_by.is_some() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "replaced_by names the replacement of a removed row",
+            "send replaced_by with DELETE",
+        ));
+    }
+    let headers = req.headers().clone();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let Some(format) = Format::of_content_type(content_type) else {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "a row is sent as YAML or JSON, not {}",
+                content_type.unwrap_or("?")
+            ),
+            "send Content-Type: application/yaml or application/json",
+        ));
+    };
+    // Who asks is known before the body is read: a caller without a credential is not
+    // made to send a row first.
+    authenticate(state.keys(), &headers)?;
+    let body = super::api::body_bytes(&state, req).await?;
+    run(&state, &headers, key, op(body.to_vec(), format), q.message).await
+}
+
+async fn run(
+    state: &AppState,
+    headers: &HeaderMap,
+    key: String,
+    op: Op,
+    message: Option<String>,
+) -> Result<Response, ApiError> {
+    let caller = authenticate(state.keys(), headers)?;
+    let Some(writer) = state.writer() else {
+        // Say who may not before saying writes are off: without a credential, no one may.
+        if sent_credential(headers).is_none() {
+            return Err(WriteError::Denied(crate::access::auth::Denied::NoCredential).into());
+        }
+        return Err(WriteError::Off.into());
+    };
+    let written = writer
+        .write(
+            &caller,
+            write::Request {
+                key,
+                op,
+                message: message.filter(|m| !m.is_empty()),
+            },
+        )
+        .await?;
+    Ok(answer(state, &written))
+}
+
+/// 201 with the commit (`direct`: live now), or 202 with the branch pushed for review; 200
+/// when the row already was what was sent and nothing was committed.
+fn answer(state: &AppState, w: &Written) -> Response {
+    let base = &state.inner.base;
+    let contract_url = format!("{base}/api/dispatch?key={}&format=markdown", w.key);
+    let mut body = json!({
+        "key": w.key,
+        "mode": w.mode.as_str(),
+        "change": w.change.map_or("unchanged", |c| c.as_str()),
+        "commit": w.commit,
+        "receipt": w.receipt.draft.id,
+        "contract_url": contract_url,
+        "took_ms": (w.took.as_secs_f64() * 1000.0 * 10.0).round() / 10.0,
+    });
+    if !w.warnings.is_empty() {
+        body["warnings"] = json!(w.warnings.iter().map(diagnostic).collect::<Vec<_>>());
+    }
+    let status = match w.mode {
+        // Nothing to commit: the row already was what was sent.
+        _ if w.change.is_none() => StatusCode::OK,
+        Mode::Direct => StatusCode::CREATED,
+        Mode::Propose => {
+            body["branch"] = json!(w.branch);
+            body["pushed"] = json!(w.pushed);
+            StatusCode::ACCEPTED
+        }
+    };
+    let mut response = (status, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&w.receipt.draft.id) {
+        headers.insert("x-capdir-receipt", v);
+    }
+    if w.mode == Mode::Direct
+        && let Ok(v) = HeaderValue::from_str(&contract_url)
+    {
+        headers.insert(header::LOCATION, v);
+    }
+    response
+}
+
+/// A diagnostic as the answer shows it.
+fn diagnostic(d: &Diagnostic) -> serde_json::Value {
+    json!({
+        "path": d.path.to_string_lossy().replace('\\', "/"),
+        "line": d.line,
+        "column": d.col,
+        "severity": d.severity,
+        "code": d.code,
+        "message": d.message,
+        "help": d.help,
+    })
+}
+
+impl From<WriteError> for ApiError {
+    fn from(e: WriteError) -> ApiError {
+        use crate::write::BodyError;
+        let status = match &e {
+            WriteError::Off => StatusCode::FORBIDDEN,
+            WriteError::Denied(d) => super::error::denied_status(d),
+            WriteError::Token { reason, .. } => super::error::reason_status(*reason),
+            WriteError::BadKey { .. } | WriteError::Body(_) | WriteError::BadMessage(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            WriteError::UnknownKey { .. } => StatusCode::NOT_FOUND,
+            WriteError::Refused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            WriteError::Dirty { .. } | WriteError::Conflict { .. } => StatusCode::CONFLICT,
+            WriteError::NotLive { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            WriteError::PushFailed { .. } => StatusCode::BAD_GATEWAY,
+            WriteError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        let mut api = ApiError::new(status, e.code(), e.message(), e.how_to_fix());
+        match &e {
+            WriteError::Body(BodyError::Malformed {
+                line: Some(l),
+                column: Some(c),
+                ..
+            }) => {
+                api = api.with("line", json!(l)).with("column", json!(c));
+            }
+            WriteError::Refused { diagnostics, .. } => {
+                api = api.with(
+                    "diagnostics",
+                    json!(diagnostics.iter().map(diagnostic).collect::<Vec<_>>()),
+                );
+            }
+            WriteError::UnknownKey { did_you_mean, .. } => {
+                api = api.with("did_you_mean", json!(did_you_mean));
+            }
+            WriteError::NotLive { commit } => api = api.with("commit", json!(commit)),
+            WriteError::PushFailed { branch } => api = api.with("branch", json!(branch)),
+            WriteError::Unavailable { .. } => api = api.retry_after(5),
+            _ => {}
+        }
+        if let Some(r) = e.receipt() {
+            api = api
+                .with("receipt", json!(r.draft.id))
+                .with("status", json!(r.draft.status))
+                .with("reason", json!(r.draft.error_code));
+        }
+        api
+    }
+}

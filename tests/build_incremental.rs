@@ -1,0 +1,199 @@
+//! `capdir build` over a site it built before changes the site in place (`build::incremental`):
+//! after each kind of change (an edit, an added row, a removed row with its replacement, a
+//! disabled row, a flow whose step changed) the site holds what a full build of the same
+//! commit holds, the search index and the snapshot's bytes aside (compared by what they
+//! answer and hold), and its manifest describes every file as it is.
+
+mod common;
+
+use capdir::build::incremental::{self, Built, Opened};
+use capdir::build::{self, Options};
+use capdir::search::Searcher;
+use common::{Repo, fixture, fn_row};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            // Made differently by design: the index's segments, the snapshot's pages, the
+            // manifest (digests of those), and the lists kept beside the site.
+            if rel.starts_with('.')
+                || rel.starts_with("index")
+                || rel == "catalogue.sqlite"
+                || rel == "build.json"
+            {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn table(site: &Path, sql: &str) -> Vec<Vec<String>> {
+    let db = rusqlite::Connection::open(site.join("catalogue.sqlite")).unwrap();
+    let mut stmt = db.prepare(sql).unwrap();
+    let n = stmt.column_count();
+    stmt.query_map([], |r| {
+        (0..n)
+            .map(|i| {
+                r.get::<_, rusqlite::types::Value>(i)
+                    .map(|v| format!("{v:?}"))
+            })
+            .collect()
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// The site changed in place holds what a cold build holds.
+fn assert_same_as_cold(repo: &Repo, site: &Path, what: &str) {
+    let cold = repo.path().join(format!("cold-{}", what.replace(' ', "-")));
+    build::run(&Options::new(repo.catalogue(), &cold)).expect("cold build");
+    let (a, b) = (files(site), files(&cold));
+    let differ: Vec<&String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .collect();
+    assert!(differ.is_empty(), "{what}: files differ: {differ:?}");
+    for sql in [
+        "SELECT * FROM directory ORDER BY key",
+        "SELECT * FROM row_history ORDER BY key, seq",
+        "SELECT * FROM tombstones ORDER BY key",
+        "SELECT * FROM build",
+    ] {
+        assert_eq!(table(site, sql), table(&cold, sql), "{what}: {sql}");
+    }
+    let (mine, theirs) = (
+        Searcher::open(&site.join("index")).unwrap(),
+        Searcher::open(&cold.join("index")).unwrap(),
+    );
+    assert_eq!(mine.len(), theirs.len(), "{what}");
+    for ask in ["repeat my text back", "current time", "fetch an item"] {
+        let keys = |s: &Searcher| -> Vec<String> {
+            s.ask(ask, 3).unwrap().into_iter().map(|h| h.key).collect()
+        };
+        assert_eq!(keys(&mine), keys(&theirs), "{what}: {ask}");
+    }
+    // The manifest names every file with its bytes' digest.
+    let manifest = build::manifest::Manifest::read(site).expect("manifest");
+    for e in &manifest.files {
+        let (size, sha) = build::manifest::sha256_file(&site.join(&e.path)).unwrap();
+        assert_eq!(
+            (size, sha.as_str()),
+            (e.size, e.sha256.as_str()),
+            "{what}: {}",
+            e.path
+        );
+    }
+    let listed = |m: &build::manifest::Manifest| -> Vec<String> {
+        m.files
+            .iter()
+            .map(|e| e.path.clone())
+            .filter(|p| !p.starts_with("index/"))
+            .collect()
+    };
+    let cold_manifest = build::manifest::Manifest::read(&cold).expect("manifest");
+    assert_eq!(listed(&manifest), listed(&cold_manifest), "{what}");
+}
+
+/// Build in place; the number of rows it changed.
+fn update(repo: &Repo, site: &Path) -> usize {
+    incremental::build(&Options::new(repo.catalogue(), site))
+        .expect("update")
+        .expect("changed in place, not built anew")
+        .changed
+}
+
+#[test]
+fn each_kind_of_change_in_place_equals_a_full_build() {
+    let repo = Repo::new();
+    for f in ["GOOD_ECHO.yaml", "GOOD_NOW.yaml", "GOOD_FLOW.yaml"] {
+        repo.write(f, &fixture(&format!("good/{f}")));
+    }
+    repo.write("OLD_ROW.yaml", &fn_row("OLD_ROW", "text", "An old echo."));
+    repo.commit("First rows", "2024-01-01T10:00:00Z");
+    let site = repo.path().join("site");
+    build::run(&Options::new(repo.catalogue(), &site)).expect("build");
+    assert_eq!(update(&repo, &site), 0, "nothing changed");
+
+    repo.write(
+        "GOOD_ECHO.yaml",
+        &fixture("good/GOOD_ECHO.yaml").replace("# WHEN_TO_USE:", "# WHEN_TO_USE: Always."),
+    );
+    repo.commit("Edit the echo", "2024-02-01T10:00:00Z");
+    assert_eq!(update(&repo, &site), 1);
+    assert_same_as_cold(&repo, &site, "an edit");
+
+    repo.write("ADDED_ROW.yaml", &fn_row("ADDED_ROW", "text", "Added."));
+    repo.remove("OLD_ROW.yaml");
+    repo.commit(
+        "Add one, remove one\n\nReplaced-by: ADDED_ROW",
+        "2024-03-01T10:00:00Z",
+    );
+    assert_eq!(update(&repo, &site), 2);
+    assert_same_as_cold(&repo, &site, "an add and a removal");
+    let tomb = std::fs::read_to_string(site.join("k/OLD_ROW.json")).unwrap();
+    assert!(tomb.contains(r#""replaced_by": "ADDED_ROW""#), "{tomb}");
+
+    repo.write(
+        "ADDED_ROW.yaml",
+        &fn_row("ADDED_ROW", "text", "Added.")
+            .replace("category: text\n", "category: text\nenabled: false\n"),
+    );
+    repo.commit("Disable it", "2024-04-01T10:00:00Z");
+    update(&repo, &site);
+    assert_same_as_cold(&repo, &site, "a disabled row");
+    assert!(!site.join("k/ADDED_ROW.md").exists());
+
+    // The flow's step changes its call: the flow's fingerprint (which covers its steps) and
+    // so its contract change too, though its file did not.
+    let flow_before = std::fs::read_to_string(site.join("k/GOOD_FLOW.json")).unwrap();
+    repo.write(
+        "GOOD_NOW.yaml",
+        &fixture("good/GOOD_NOW.yaml").replace("category: time", "category: clock"),
+    );
+    repo.commit("Move now", "2024-05-01T10:00:00Z");
+    update(&repo, &site);
+    assert_same_as_cold(&repo, &site, "a step of a flow");
+    if fixture("good/GOOD_FLOW.yaml").contains("GOOD_NOW") {
+        let flow_after = std::fs::read_to_string(site.join("k/GOOD_FLOW.json")).unwrap();
+        assert_ne!(flow_before, flow_after);
+    }
+
+    // A row whose file comes back after its removal loses its tombstone.
+    repo.write("OLD_ROW.yaml", &fn_row("OLD_ROW", "text", "Back again."));
+    repo.commit("Bring it back", "2024-06-01T10:00:00Z");
+    update(&repo, &site);
+    assert_same_as_cold(&repo, &site, "a row back");
+}
+
+#[test]
+fn a_site_made_otherwise_is_built_anew() {
+    let repo = Repo::new();
+    repo.write("GOOD_ECHO.yaml", &fixture("good/GOOD_ECHO.yaml"));
+    repo.commit("First", "2024-01-01T10:00:00Z");
+    let site = repo.path().join("site");
+    build::run(&Options::new(repo.catalogue(), &site)).expect("build");
+    let other = Options {
+        dispatcher_url: "https://elsewhere.example".into(),
+        ..Options::new(repo.catalogue(), &site)
+    };
+    assert!(matches!(Built::open(&other), Ok(Opened::Full(_))));
+    std::fs::remove_file(site.join(incremental::MADE_FILE)).unwrap();
+    assert!(matches!(
+        Built::open(&Options::new(repo.catalogue(), &site)),
+        Ok(Opened::Full(_))
+    ));
+}
