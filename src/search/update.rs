@@ -381,6 +381,51 @@ mod tests {
         s.ask(ask, 3).expect("ask").first().map(|h| h.key.clone())
     }
 
+    /// The row vectors follow a change: an added row is found by meaning alone, a removed
+    /// one never answers, and the file written is the one the searcher on disk reads.
+    #[test]
+    fn row_vectors_follow_a_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rows = vec![
+            row("ALPHA_ONE", "Translate a sentence into French."),
+            row("GAMMA_THREE", "Convert a temperature to kelvin."),
+        ];
+        let at = dir.path().join("index");
+        crate::search::build_index(&at, &rows).expect("build");
+        let state = IndexState::read(&at, &rows).expect("read").expect("has id");
+        let added = row("WEATHER_FORECAST", "Get the weather forecast for a city.");
+        let next = state.change(&[&added], &["GAMMA_THREE"]).expect("change");
+        let s = next.searcher().expect("searcher");
+        assert!(s.has_vectors());
+        let by_meaning: Vec<String> = s
+            .ask_by("will it rain tomorrow", 3, crate::search::Ranking::Semantic)
+            .expect("ask")
+            .into_iter()
+            .map(|h| h.key)
+            .collect();
+        assert_eq!(
+            by_meaning.first().map(String::as_str),
+            Some("WEATHER_FORECAST")
+        );
+        for ranking in crate::search::Ranking::ALL {
+            let hits = s
+                .ask_by("convert a temperature to kelvin", 5, ranking)
+                .expect("ask");
+            assert!(
+                hits.iter()
+                    .all(|h| h.key != "GAMMA_THREE" && !h.key.is_empty()),
+                "{hits:?}"
+            );
+        }
+        next.write(&at, &state).expect("write");
+        let disk = Searcher::open(&at).expect("open");
+        assert!(disk.has_vectors());
+        assert_eq!(
+            best(&disk, "will it rain tomorrow").as_deref(),
+            Some("WEATHER_FORECAST")
+        );
+    }
+
     /// A change is searchable before it is written, leaves the state it came from as it
     /// was, and once written the index on disk answers as the one in memory does.
     #[test]
