@@ -163,12 +163,15 @@ async fn fixture_model(
 }
 
 async fn invoke(state: &AppState, body: &str) -> (StatusCode, Json) {
+    invoke_key(state, "TOOL_AGENT", body).await
+}
+
+/// POST /api/dispatch of `key` with `body`, as the owner.
+async fn invoke_key(state: &AppState, key: &str, body: &str) -> (StatusCode, Json) {
     let req = Request::post("/api/dispatch")
         .header("content-type", "application/json")
         .header("x-owner-key", OWNER)
-        .body(Body::from(
-            json!({"key": "TOOL_AGENT", "body": body}).to_string(),
-        ))
+        .body(Body::from(json!({"key": key, "body": body}).to_string()))
         .unwrap();
     let res = app(state.clone()).oneshot(req).await.expect("response");
     let status = res.status();
@@ -336,16 +339,7 @@ async fn an_agent_that_routes_its_reply_runs_the_tags_in_it() {
         seen: Arc::default(),
     };
     let (f, s, _, _) = fixture_model(model, AgentLimits::default()).await;
-    let req = Request::post("/api/dispatch")
-        .header("content-type", "application/json")
-        .header("x-owner-key", OWNER)
-        .body(Body::from(
-            json!({"key": "ROUTING_AGENT", "body": "hash hello"}).to_string(),
-        ))
-        .unwrap();
-    let res = app(s.clone()).oneshot(req).await.expect("response");
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let v: Json = serde_json::from_slice(&bytes).expect("json");
+    let (_, v) = invoke_key(&s, "ROUTING_AGENT", "hash hello").await;
     let out = v["output"].as_str().expect("output");
     assert!(
         out.starts_with(
@@ -457,15 +451,8 @@ async fn a_provider_prefix_names_the_endpoint() {
         let (f, s, m, _) = fixture_model(model, AgentLimits::default()).await;
         (f, s, m)
     };
-    let req = Request::post("/api/dispatch")
-        .header("content-type", "application/json")
-        .header("x-owner-key", OWNER)
-        .body(Body::from(
-            json!({"key": "PROVIDER_AGENT", "body": "hi"}).to_string(),
-        ))
-        .unwrap();
-    let res = app(s.clone()).oneshot(req).await.expect("response");
-    assert_eq!(res.status(), StatusCode::OK);
+    let (status, v) = invoke_key(&s, "PROVIDER_AGENT", "hi").await;
+    assert_eq!(status, StatusCode::OK, "{v}");
     let seen = model.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0]["model"], "test-model", "the prefix is not sent");
