@@ -121,9 +121,11 @@ for key in rng.sample(keys, len(keys)):
         break
 edited = iter(firsts)
 
-def patch(key, fields, check, isolated):
+def patch(key, fields, check, isolated, refusable=False):
     t0 = time.perf_counter()
     status, body = request("PATCH", f"/api/directory/{key}", json.dumps(fields))
+    if status == 422 and refusable:
+        return None
     if status != 201:
         sys.exit(f"PATCH {key}: {status} {body[:400]!r}")
     status, contract = request("GET", f"/api/dispatch?key={key}&format=json")
@@ -134,14 +136,21 @@ def patch(key, fields, check, isolated):
     return live, pages
 
 def edit_docstring(isolated):
-    key = next(edited)
-    with open(f"catalogue/{key}.yaml") as f:
-        text = f.read()
-    content = text.split("content: |\n", 1)[1].split("asks:\n", 1)[0]
-    content = "".join(line[2:] + "\n" for line in content.splitlines())
-    mark = f"edited {rng.randrange(1_000_000)}"
-    content = content.replace(").\n", f", {mark}).\n", 1)
-    return patch(key, {"content": content}, lambda c: mark in c["what"], isolated)
+    # An edit after which the row's ask no longer finds it in the top 3 is refused by the gate
+    # (422, nothing changed): such a row is skipped for the next one.
+    for key in edited:
+        with open(f"catalogue/{key}.yaml") as f:
+            text = f.read()
+        content = text.split("content: |\n", 1)[1].split("asks:\n", 1)[0]
+        content = "".join(line[2:] + "\n" for line in content.splitlines())
+        # The row's own ask repeated: an edit of its words, not new ones (a word no row uses
+        # weighs the most in its vector and could move it off its ask).
+        mark = f"[{ask_of(key)}]"
+        content = content.replace(").\n", f", {mark}).\n", 1)
+        took = patch(key, {"content": content}, lambda c: mark in c["what"], isolated, True)
+        if took is not None:
+            return took
+    sys.exit("every row's docstring edit was refused by the gate")
 
 def edit_examples(isolated):
     key = rng.choice(keys)
