@@ -175,13 +175,11 @@ pub fn tune(searcher: &Searcher, queries: &[Labelled], folds: usize) -> Result<T
         }
     };
     let best = |keep: &dyn Fn(usize) -> bool| {
+        let mrr: Vec<f64> = (0..grid.len())
+            .map(|g| quality(g, keep).mrr_at_12)
+            .collect();
         (0..grid.len())
-            .max_by(|&a, &b| {
-                quality(a, keep)
-                    .mrr_at_12
-                    .total_cmp(&quality(b, keep).mrr_at_12)
-                    .then(b.cmp(&a))
-            })
+            .max_by(|&a, &b| mrr[a].total_cmp(&mrr[b]).then(b.cmp(&a)))
             .unwrap_or(0)
     };
     let mut out = Vec::new();

@@ -360,31 +360,9 @@ pub(crate) fn semantic_text(row: &Row, vocabulary: &HashSet<String>) -> String {
     )
 }
 
-fn row_vectors(
-    rows: &[&Row],
-    vocabulary: &HashSet<String>,
-    previous: Option<&semantic::RowVectors>,
-) -> Result<semantic::RowVectors> {
+fn row_vectors(rows: &[&Row], vocabulary: &HashSet<String>) -> Result<semantic::RowVectors> {
     let texts: Vec<String> = rows.iter().map(|r| semantic_text(r, vocabulary)).collect();
-    Ok(semantic::RowVectors::build(
-        semantic::model()?,
-        &texts,
-        previous,
-    ))
-}
-
-/// Write the row vectors of an index's rows (enabled, planner-visible, key order: what
-/// `rows.json` lists) into `dir`, reusing the tokens of the vectors already there: the
-/// incremental rebuild's half of the semantic index. The file is what a cold build writes.
-pub fn write_vectors(dir: &Path, rows: &[Row]) -> Result<()> {
-    let rows = indexable(rows);
-    let path = dir.join(SEMANTIC_FILE);
-    let previous = semantic::RowVectors::read(&path).ok();
-    let vectors = row_vectors(&rows, &vocabulary(&rows), previous.as_ref())?;
-    let tmp = dir.join(format!("{SEMANTIC_FILE}.tmp"));
-    std::fs::write(&tmp, vectors.to_bytes())?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(())
+    Ok(semantic::RowVectors::build(semantic::model()?, &texts))
 }
 
 /// The document of `row` at position `ord` of `rows.json`.
@@ -456,7 +434,7 @@ pub fn build_index(dir: &Path, rows: &[Row]) -> Result<usize> {
     let metas: Vec<RowMeta> = rows.iter().map(|r| meta(r)).collect();
     std::fs::write(dir.join("rows.json"), serde_json::to_vec(&metas)?)?;
     make_deterministic(dir)?;
-    let vectors = row_vectors(&rows, &vocabulary, None)?;
+    let vectors = row_vectors(&rows, &vocabulary)?;
     std::fs::write(dir.join(SEMANTIC_FILE), vectors.to_bytes())?;
     Ok(rows.len())
 }
@@ -627,7 +605,7 @@ impl Searcher {
         add_rows(&index, &fields, &rows, &vocabulary)?;
         let reader = index.reader()?;
         Ok(Searcher {
-            semantic: Some(Arc::new(row_vectors(&rows, &vocabulary, None)?)),
+            semantic: Some(Arc::new(row_vectors(&rows, &vocabulary)?)),
             ranking: Ranking::default(),
             fusion: Fusion::default(),
             vocabulary: Arc::new(term_fields(&reader, &fields)?),
@@ -667,11 +645,6 @@ impl Searcher {
     /// Whether the index has row vectors (a site built before them has not).
     pub fn has_vectors(&self) -> bool {
         self.semantic.is_some()
-    }
-
-    /// The heap the row vectors take.
-    pub fn vector_bytes(&self) -> usize {
-        self.semantic.as_ref().map_or(0, |v| v.heap_bytes())
     }
 
     /// What the index knows of a row.

@@ -27,7 +27,7 @@ pub const SHA256SUMS: &str = include_str!("../../models/minilm/SHA256SUMS");
 /// page says what it wants early, and the bound keeps a hostile one cheap.
 const MAX_TEXT_BYTES: usize = 4096;
 const ROWS_MAGIC: &[u8; 8] = b"CAPDIRSV";
-const ROWS_VERSION: u32 = 2;
+const ROWS_VERSION: u32 = 3;
 
 /// `text` up to `MAX_TEXT_BYTES`, cut at a character boundary.
 fn bounded(text: &str) -> &str {
@@ -68,6 +68,9 @@ impl Model {
             bail!("tokens.i8 does not start with CAPDIRTE");
         }
         let (vocab, dims) = (u32_at(tokens, 8)? as usize, u32_at(tokens, 12)? as usize);
+        if vocab > usize::from(u16::MAX) + 1 {
+            bail!("tokens.i8 has {vocab} tokens; rows store token ids as u16");
+        }
         let scales = 16 + 4 * vocab;
         if tokens.len() != scales + vocab * dims {
             bail!(
@@ -142,19 +145,20 @@ impl Model {
     }
 
     /// The meaningful tokens of `text`, in order.
-    pub fn tokens(&self, text: &str) -> Vec<u32> {
+    pub fn tokens(&self, text: &str) -> Vec<u16> {
         let mut out = Vec::new();
         self.push_tokens(bounded(text), &mut out);
         out
     }
 
-    fn push_tokens(&self, text: &str, out: &mut Vec<u32>) {
+    fn push_tokens(&self, text: &str, out: &mut Vec<u16>) {
         if let Ok(enc) = self.tokenizer.encode_fast(text, false) {
+            // `decode` made sure every id of the vocabulary fits in a u16.
             out.extend(
                 enc.get_ids()
                     .iter()
-                    .copied()
-                    .filter(|&t| self.ignored.get(t as usize) == Some(&false)),
+                    .filter(|&&t| self.ignored.get(t as usize) == Some(&false))
+                    .map(|&t| t as u16),
             );
         }
     }
@@ -166,8 +170,8 @@ impl Model {
     fn tokens_cached<'t>(
         &self,
         text: &'t str,
-        cache: &mut std::collections::HashMap<&'t str, Vec<u32>>,
-    ) -> Vec<u32> {
+        cache: &mut std::collections::HashMap<&'t str, Vec<u16>>,
+    ) -> Vec<u16> {
         let mut out = Vec::new();
         for word in bounded(text).split_whitespace() {
             let tokens = cache.entry(word).or_insert_with(|| self.tokens(word));
@@ -202,9 +206,8 @@ impl Model {
     }
 }
 
-/// The row side: each row's vector, the catalogue's token frequencies, and what each vector
-/// was made from (a digest of its text and its tokens), so a rebuild after a few rows changed
-/// tokenises only those rows and still writes what a cold build writes.
+/// The row side: each row's vector, the catalogue's token frequencies, and each row's
+/// tokens, so a change of a few rows (`changed`) tokenises only those rows.
 pub struct RowVectors {
     dims: usize,
     /// Per token: how many rows use it.
@@ -213,8 +216,6 @@ pub struct RowVectors {
     idf: Vec<f32>,
     /// Per row: the factor that turns its int8 dot product into a cosine.
     scale: Vec<f32>,
-    /// Per row: the first 8 bytes of the SHA-256 of its text.
-    digests: Vec<u64>,
     /// Per row: where its tokens end in `ids`.
     ends: Vec<u32>,
     ids: Vec<u16>,
@@ -222,42 +223,13 @@ pub struct RowVectors {
     data: Vec<u8>,
 }
 
-fn digest(text: &str) -> u64 {
-    use sha2::{Digest, Sha256};
-    let d = Sha256::digest(text.as_bytes());
-    u64::from_le_bytes(d[..8].try_into().unwrap_or_default())
-}
-
 impl RowVectors {
-    /// The vectors of `texts` (one per row, in index order). Rows whose text `previous` has
-    /// already tokenised reuse its tokens; the result is the same either way.
-    pub fn build(model: &Model, texts: &[String], previous: Option<&RowVectors>) -> RowVectors {
-        let known: std::collections::HashMap<u64, usize> = previous
-            .map(|p| p.digests.iter().enumerate().map(|(i, &d)| (d, i)).collect())
-            .unwrap_or_default();
+    /// The vectors of `texts` (one per row, in index order).
+    pub fn build(model: &Model, texts: &[String]) -> RowVectors {
         let mut cache = std::collections::HashMap::new();
-        let mut v = RowVectors {
-            dims: model.dims,
-            df: vec![0u32; model.scale.len()],
-            idf: Vec::new(),
-            scale: Vec::with_capacity(texts.len()),
-            digests: Vec::with_capacity(texts.len()),
-            ends: Vec::with_capacity(texts.len()),
-            ids: Vec::new(),
-            data: Vec::with_capacity(texts.len() * model.dims),
-        };
+        let mut v = RowVectors::empty(model, texts.len());
         for text in texts {
-            let d = digest(text);
-            match (previous, known.get(&d)) {
-                (Some(p), Some(&i)) => v.ids.extend_from_slice(p.tokens(i)),
-                _ => v.ids.extend(
-                    model
-                        .tokens_cached(text, &mut cache)
-                        .into_iter()
-                        .filter_map(|t| u16::try_from(t).ok()),
-                ),
-            }
-            v.digests.push(d);
+            v.ids.extend(model.tokens_cached(text, &mut cache));
             v.ends.push(v.ids.len() as u32);
         }
         v.finish(model);
@@ -268,37 +240,32 @@ impl RowVectors {
     /// `rows.json`) and rows of `added` texts appended; every vector weighed again, since the
     /// catalogue's frequencies changed.
     pub fn changed(&self, model: &Model, cleared: &[usize], added: &[String]) -> RowVectors {
-        let mut v = RowVectors {
-            dims: self.dims,
-            df: vec![0u32; model.scale.len()],
-            idf: Vec::new(),
-            scale: Vec::with_capacity(self.len() + added.len()),
-            digests: Vec::with_capacity(self.len() + added.len()),
-            ends: Vec::with_capacity(self.len() + added.len()),
-            ids: Vec::with_capacity(self.ids.len()),
-            data: Vec::with_capacity((self.len() + added.len()) * self.dims),
-        };
+        let mut v = RowVectors::empty(model, self.len() + added.len());
         for i in 0..self.len() {
-            if cleared.contains(&i) {
-                v.digests.push(digest(""));
-            } else {
+            if !cleared.contains(&i) {
                 v.ids.extend_from_slice(self.tokens(i));
-                v.digests.push(self.digests[i]);
             }
             v.ends.push(v.ids.len() as u32);
         }
         for text in added {
-            v.ids.extend(
-                model
-                    .tokens(text)
-                    .into_iter()
-                    .filter_map(|t| u16::try_from(t).ok()),
-            );
-            v.digests.push(digest(text));
+            v.ids.extend(model.tokens(text));
             v.ends.push(v.ids.len() as u32);
         }
         v.finish(model);
         v
+    }
+
+    /// No rows yet, room for `rows`.
+    fn empty(model: &Model, rows: usize) -> RowVectors {
+        RowVectors {
+            dims: model.dims,
+            df: vec![0u32; model.scale.len()],
+            idf: Vec::new(),
+            scale: Vec::with_capacity(rows),
+            ends: Vec::with_capacity(rows),
+            ids: Vec::new(),
+            data: Vec::with_capacity(rows * model.dims),
+        }
     }
 
     /// Frequencies, then every row's vector, from the rows' tokens.
@@ -363,10 +330,6 @@ impl RowVectors {
         floor: f32,
     ) -> Vec<(usize, f32)> {
         let tokens = model.tokens(text);
-        let tokens: Vec<u16> = tokens
-            .into_iter()
-            .filter_map(|t| u16::try_from(t).ok())
-            .collect();
         let Some((q, qs)) = model.embed(&tokens, &self.idf) else {
             return Vec::new();
         };
@@ -407,21 +370,18 @@ impl RowVectors {
         self.scan(q, qs, floor, best, |q, row| unsafe { dot_avx2(q, row) });
     }
 
-    /// `b"CAPDIRSV"`, u32 version, dims, stored rows; per row f32 scale, u64 text digest,
-    /// u32 end of its tokens; u16 token ids; i8 vector[rows][dims]. Little-endian. The token
-    /// frequencies are counted again from the tokens when the file is read.
+    /// `b"CAPDIRSV"`, u32 version, dims, stored rows; per row f32 scale, then u32 end of
+    /// its tokens; u16 token ids; i8 vector[rows][dims]. Little-endian. The token frequencies
+    /// are counted again from the tokens when the file is read.
     pub fn to_bytes(&self) -> Vec<u8> {
         let n = self.len();
-        let mut out = Vec::with_capacity(20 + 16 * n + 2 * self.ids.len() + self.data.len());
+        let mut out = Vec::with_capacity(20 + 8 * n + 2 * self.ids.len() + self.data.len());
         out.extend_from_slice(ROWS_MAGIC);
         for x in [ROWS_VERSION, self.dims as u32, n as u32] {
             out.extend_from_slice(&x.to_le_bytes());
         }
         for s in &self.scale {
             out.extend_from_slice(&s.to_le_bytes());
-        }
-        for d in &self.digests {
-            out.extend_from_slice(&d.to_le_bytes());
         }
         for e in &self.ends {
             out.extend_from_slice(&e.to_le_bytes());
@@ -458,9 +418,9 @@ impl RowVectors {
         let dims = u32_at(&bytes, 12)? as usize;
         let n = u32_at(&bytes, 16)? as usize;
         let vocab = model()?.scale.len();
-        // Every size below is at most 16 × a u32: no overflow on a 64-bit usize.
-        let (scales, digests, ends) = (20, 20 + 4 * n, 20 + 12 * n);
-        let ids_at = 20 + 16 * n;
+        // Every size below is at most 8 × a u32: no overflow on a 64-bit usize.
+        let (scales, ends) = (20, 20 + 4 * n);
+        let ids_at = 20 + 8 * n;
         if dims == 0 || bytes.len() < ids_at {
             bail!("row-vectors header is impossible (dims {dims}, {n} rows)");
         }
@@ -470,13 +430,9 @@ impl RowVectors {
                 .map(|b| [b[0], b[1], b[2], b[3]])
                 .collect::<Vec<_>>()
         };
-        let scale: Vec<f32> = words(scales..digests)
+        let scale: Vec<f32> = words(scales..ends)
             .into_iter()
             .map(f32::from_le_bytes)
-            .collect();
-        let digest_list: Vec<u64> = bytes[digests..ends]
-            .chunks_exact(8)
-            .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
             .collect();
         let end_list: Vec<u32> = words(ends..ids_at)
             .into_iter()
@@ -507,7 +463,6 @@ impl RowVectors {
             df: vec![0; vocab],
             idf: Vec::new(),
             scale,
-            digests: digest_list,
             ends: end_list,
             ids,
             data: bytes,
@@ -519,14 +474,6 @@ impl RowVectors {
     pub fn read(path: &Path) -> Result<RowVectors> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         RowVectors::from_vec(bytes).with_context(|| path.display().to_string())
-    }
-
-    /// The heap the vectors take, for reports.
-    pub fn heap_bytes(&self) -> usize {
-        self.data.len()
-            + 2 * self.ids.len()
-            + 16 * self.len()
-            + 4 * (self.df.len() + self.idf.len())
     }
 }
 
@@ -675,7 +622,7 @@ mod tests {
         fn any_bytes_load_or_fail(mut bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200), header in proptest::option::of(proptest::collection::vec(proptest::num::u32::ANY, 5))) {
             if let Some(h) = header {
                 let mut b = b"CAPDIRSV".to_vec();
-                b.extend_from_slice(&2u32.to_le_bytes());
+                b.extend_from_slice(&ROWS_VERSION.to_le_bytes());
                 for n in &h[3..] {
                     b.extend_from_slice(&n.to_le_bytes());
                 }
@@ -699,30 +646,14 @@ mod tests {
         }
     }
 
-    /// A rebuild that reuses the previous file's tokens writes what a cold build writes.
+    /// A change of rows is the build of the rows it leaves: a removed row's place empty.
     #[test]
-    fn a_rebuild_from_the_previous_file_is_a_cold_build() {
+    fn a_change_is_the_build_of_what_it_leaves() {
         let m = model().unwrap();
-        let before = [
-            "hash a text with sha256",
-            "weather forecast for a city",
-            "send an email",
-        ]
-        .map(String::from);
-        let after = [
-            "hash a text with sha256",
-            "weather forecast for a town",
-            "send an email",
-            "list files",
-        ]
-        .map(String::from);
-        let previous =
-            RowVectors::from_bytes(&RowVectors::build(m, &before, None).to_bytes()).unwrap();
-        let cold = RowVectors::build(m, &after, None).to_bytes();
-        assert_eq!(
-            RowVectors::build(m, &after, Some(&previous)).to_bytes(),
-            cold
-        );
+        let before = ["hash a text with sha256", "weather forecast for a city"].map(String::from);
+        let after = ["hash a text with sha256", "", "send an email"].map(String::from);
+        let changed = RowVectors::build(m, &before).changed(m, &[1], &after[2..]);
+        assert_eq!(changed.to_bytes(), RowVectors::build(m, &after).to_bytes());
     }
 
     #[test]
@@ -730,7 +661,7 @@ mod tests {
         let m = model().unwrap();
         let texts =
             ["hash a text with sha256", "", "weather forecast for a city"].map(String::from);
-        let v = RowVectors::build(m, &texts, None);
+        let v = RowVectors::build(m, &texts);
         let bytes = v.to_bytes();
         let back = RowVectors::from_bytes(&bytes).unwrap();
         assert_eq!(back.to_bytes(), bytes);
