@@ -28,10 +28,7 @@ use crate::build::history::{self, History};
 use crate::build::site::{self, Common, Listing, SiteMeta};
 use crate::build::snapshot::{self, BuildInfo, Counts};
 use crate::build::{BuildError, HISTORY_CACHE, Options, git, manifest, tombstones};
-use crate::check::check_files;
 use crate::row::Row;
-use crate::row::catalogue;
-use crate::row::diag::{Format, render};
 use crate::row::urls::Urls;
 use crate::search::Searcher;
 use crate::search::update::IndexState;
@@ -95,17 +92,8 @@ impl Made {
     }
 }
 
-/// Replace `path` whole: written beside it, then renamed over it, so a reader sees the old
-/// file or the new one, never part of one.
-pub fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .context("a file name")?;
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
-}
+/// Replace a file whole (written beside it, then renamed over it): the search stage's, shared.
+pub use crate::search::update::replace;
 
 /// Rows to change in a site: new or edited ones, as parsed from their files, and the keys
 /// of rows whose files are gone (or whose tombstone changed).
@@ -202,20 +190,7 @@ impl Built {
         ) else {
             return Ok(Opened::Full("the site's snapshot does not read".into()));
         };
-        let files = catalogue::read_dir(&opts.catalogue).with_context(|| {
-            format!(
-                "cannot read catalogue directory {}",
-                opts.catalogue.display()
-            )
-        })?;
-        let checked = check_files(&files);
-        if checked.has_errors() {
-            return Err(BuildError::Check(render(
-                &checked.diags,
-                checked.files,
-                Format::Text,
-            )));
-        }
+        let checked = super::read_checked(&opts.catalogue)?;
         let history = history::read_cached(
             &opts.catalogue,
             Some(&out.join(HISTORY_CACHE)),

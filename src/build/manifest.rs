@@ -187,43 +187,47 @@ pub fn write(dir: &Path, commit: &str, previous: Option<&Path>) -> Result<Manife
         let old = previous?.join(rel);
         (inode(path).is_some() && inode(path) == inode(&old)).then(|| (*e).clone())
     };
-    let chunk = files.len().div_ceil(crate::cores().max(1)).max(1);
-    let entries: Result<Vec<Vec<Entry>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = files
-            .chunks(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    part.iter()
-                        .map(|(rel, path)| match reuse(rel, path) {
-                            Some(e) => Ok(e),
-                            None => sha256_file(path).map(|(size, sha256)| Entry {
-                                path: rel.clone(),
-                                size,
-                                sha256,
-                            }),
-                        })
-                        .collect::<Result<Vec<Entry>>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))
-            })
-            .collect()
-    });
+    let entries = on_all_cores(&files, |(rel, path)| match reuse(rel, path) {
+        Some(e) => Ok(e),
+        None => sha256_file(path).map(|(size, sha256)| Entry {
+            path: rel.clone(),
+            size,
+            sha256,
+        }),
+    })?;
     let manifest = Manifest {
         format: FORMAT,
         commit: commit.to_string(),
         capdir: env!("CARGO_PKG_VERSION").to_string(),
-        files: entries?.into_iter().flatten().collect(),
+        files: entries,
     };
     let text = serde_json::to_string(&manifest)? + "\n";
     std::fs::write(dir.join(FILE), text)
         .with_context(|| format!("writing {}", dir.join(FILE).display()))?;
     Ok(manifest)
+}
+
+/// `f` of every item, in order, the items split across one thread per core.
+fn on_all_cores<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    let chunk = items.len().div_ceil(crate::cores().max(1)).max(1);
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().map(f).collect::<Result<Vec<R>>>()))
+            .collect();
+        let mut out = Vec::with_capacity(items.len());
+        for h in handles {
+            out.extend(
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))?,
+            );
+        }
+        Ok(out)
+    })
 }
 
 /// The manifest of a site changed in place (an incremental rebuild): the previous one with
@@ -246,42 +250,22 @@ pub fn update(
         .iter()
         .filter(|r| is_safe_path(r) && *r != FILE)
         .collect();
-    // Hashed on all cores: the files that list every row are megabytes each.
-    let chunk = touched.len().div_ceil(crate::cores().max(1)).max(1);
-    // A path, and its entry when the file is there.
-    type Hashed = (String, Option<Entry>);
-    let hashed: Result<Vec<Vec<Hashed>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = touched
-            .chunks(chunk)
-            .map(|part| {
-                s.spawn(move || {
-                    part.iter()
-                        .map(|rel| {
-                            let path = site.join(rel);
-                            if !path.is_file() {
-                                return Ok(((*rel).clone(), None));
-                            }
-                            let (size, sha256) = sha256_file(&path)?;
-                            let entry = Entry {
-                                path: (*rel).clone(),
-                                size,
-                                sha256,
-                            };
-                            Ok(((*rel).clone(), Some(entry)))
-                        })
-                        .collect::<Result<Vec<_>>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))
-            })
-            .collect()
-    });
-    for (rel, entry) in hashed?.into_iter().flatten() {
+    // Hashed on all cores: the files that list every row are megabytes each. A path, and
+    // its entry when the file is there.
+    let hashed = on_all_cores(&touched, |rel| {
+        let path = site.join(rel);
+        if !path.is_file() {
+            return Ok(((*rel).clone(), None));
+        }
+        let (size, sha256) = sha256_file(&path)?;
+        let entry = Entry {
+            path: (*rel).clone(),
+            size,
+            sha256,
+        };
+        Ok(((*rel).clone(), Some(entry)))
+    })?;
+    for (rel, entry) in hashed {
         match entry {
             Some(e) => files.insert(rel, e),
             None => files.remove(&rel),

@@ -133,6 +133,21 @@ impl Steps {
     }
 }
 
+/// The catalogue's files, read and through the gate: an error lists every problem.
+pub(crate) fn read_checked(catalogue: &Path) -> Result<crate::check::Checked, BuildError> {
+    let files = catalogue::read_dir(catalogue)
+        .with_context(|| format!("cannot read catalogue directory {}", catalogue.display()))?;
+    let checked = check_files(&files);
+    if checked.has_errors() {
+        return Err(BuildError::Check(render(
+            &checked.diags,
+            checked.files,
+            Format::Text,
+        )));
+    }
+    Ok(checked)
+}
+
 /// Tombstones for row files the history saw deleted and the catalogue no longer has.
 pub fn tombstones(history: &History, rows: &[Row], urls: &Urls) -> Vec<Tombstone> {
     let live: std::collections::HashSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
@@ -169,20 +184,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             (history, started.elapsed())
         })
     };
-    let files = catalogue::read_dir(&opts.catalogue).with_context(|| {
-        format!(
-            "cannot read catalogue directory {}",
-            opts.catalogue.display()
-        )
-    })?;
-    let checked = check_files(&files);
-    if checked.has_errors() {
-        return Err(BuildError::Check(render(
-            &checked.diags,
-            checked.files,
-            Format::Text,
-        )));
-    }
+    let checked = read_checked(&opts.catalogue)?;
     let warnings: Vec<&Diagnostic> = checked.diags.iter().filter(|d| !d.is_error()).collect();
     steps.report.warnings.extend(
         warnings

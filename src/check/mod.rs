@@ -285,7 +285,8 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
     d
 }
 
-fn slug(s: &str) -> String {
+/// A lowercase category name: letters, digits and dashes.
+pub fn slug(s: &str) -> String {
     let mut out = String::new();
     for c in s.trim().chars() {
         if c.is_ascii_alphanumeric() {

@@ -11,6 +11,7 @@
 //! - What cannot be sent at all when the operation requires it (a required header, a form or
 //!   multipart body) means the operation is not imported; it is reported with the reason.
 
+use crate::check::slug;
 use crate::import::arguments::{body_arg, param_arg, piece};
 use crate::import::auth::Schemes;
 use crate::import::document::Document;
@@ -286,19 +287,6 @@ pub fn path_params(path: &str) -> Vec<String> {
         rest = &rest[open + close + 1..];
     }
     out
-}
-
-/// A lowercase category name: letters, digits and dashes.
-pub fn slug(s: &str) -> String {
-    let mut out = String::new();
-    for c in s.trim().chars() {
-        if c.is_ascii_alphanumeric() {
-            out.push(c.to_ascii_lowercase());
-        } else if !out.ends_with('-') {
-            out.push('-');
-        }
-    }
-    out.trim_matches('-').to_string()
 }
 
 /// The target: base URL, path with `$N` for its parameters, required query parameters.
