@@ -179,6 +179,16 @@ async fn invoke_key(state: &AppState, key: &str, body: &str) -> (StatusCode, Jso
     (status, serde_json::from_slice(&bytes).expect("json"))
 }
 
+/// The names of the tools a request to the model offered.
+fn offered(request: &Json) -> Vec<&str> {
+    request["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect()
+}
+
 fn receipts(f: &Built) -> Vec<Json> {
     let db = rusqlite::Connection::open(f.ledger_path()).expect("ledger");
     let mut q = db
@@ -205,12 +215,7 @@ async fn an_agent_calls_its_tools_each_under_the_gate_with_a_receipt() {
     );
     // The model was offered the agent's categories only, as function tools.
     let seen = model.seen.lock().unwrap().clone();
-    let offered: Vec<&str> = seen[0]["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
+    let offered = offered(&seen[0]);
     assert_eq!(offered, ["SHA_TOOL", "UPPER_TOOL"]);
     assert_eq!(seen.len(), 2, "one turn for the calls, one for the answer");
     // Three nodes: the two tool calls below the agent's receipt; usage summed over turns.
@@ -384,12 +389,7 @@ async fn an_agent_with_too_many_tools_gets_the_meta_tools() {
     let (status, v) = invoke(&s, "hash hello").await;
     assert_eq!(status, StatusCode::OK, "{v}");
     let seen = model.seen.lock().unwrap().clone();
-    let offered: Vec<&str> = seen[0]["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
+    let offered = offered(&seen[0]);
     assert_eq!(offered, ["ask", "contract", "invoke"]);
     let results: Vec<&str> = seen[1]["messages"]
         .as_array()
