@@ -111,6 +111,7 @@ on_both_backends!(
     a_revocation_reaches_every_dispatcher,
     cli_verifies_shows_and_resets,
     a_tree_reads_back_below_its_root,
+    a_group_keeps_its_order_and_stays_whole,
 );
 
 fn draft(key: &str) -> Draft {
@@ -290,6 +291,48 @@ async fn two_writers_keep_one_chain_with_group_commit(b: Backend) {
         commits < (2 * EACH) as u64,
         "{commits} commits for {} concurrent receipts: no group commit",
         2 * EACH
+    );
+}
+
+/// `append_all` (a call's tree) puts its receipts one after another in the chain, in the order
+/// given, even with other writers appending at once; every one is durable and read back.
+async fn a_group_keeps_its_order_and_stays_whole(b: Backend) {
+    let ledger = b.open().await;
+    const GROUPS: usize = 40;
+    let mut tasks = Vec::new();
+    for g in 0..GROUPS {
+        let ledger = ledger.clone();
+        tasks.push(tokio::spawn(async move {
+            let size = 1 + g % 5;
+            let drafts: Vec<Draft> = (0..size).map(|i| draft(&format!("G{g}_{i}"))).collect();
+            let (group, single) = tokio::join!(
+                ledger.append_all(drafts.clone()),
+                ledger.append(draft(&format!("S{g}")))
+            );
+            single.expect("append");
+            (drafts, group.expect("append_all"))
+        }));
+    }
+    for t in tasks {
+        let (drafts, receipts) = t.await.expect("task");
+        assert_eq!(receipts.len(), drafts.len(), "one receipt per draft");
+        for (i, (d, r)) in drafts.iter().zip(&receipts).enumerate() {
+            assert_eq!(&r.draft, d, "the receipts come back in the order given");
+            assert_eq!(r.seq, receipts[0].seq + i as i64, "the group is not split");
+            assert_eq!(ledger.get(&d.id).await.expect("get"), Some(r.clone()));
+        }
+    }
+    assert!(
+        ledger
+            .append_all(Vec::new())
+            .await
+            .expect("empty")
+            .is_empty()
+    );
+    let total = (0..GROUPS).map(|g| 2 + g % 5).sum::<usize>() as u64;
+    assert_eq!(
+        ledger.verify().await.expect("verify"),
+        Verdict::Intact { receipts: total }
     );
 }
 

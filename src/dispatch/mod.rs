@@ -452,11 +452,10 @@ impl Dispatcher {
         let trace_id = uuid::Uuid::new_v4().simple().to_string();
         let tree = crate::row::call::makes_nested_calls(&callable.row).then(|| {
             Arc::new(Tree {
-                pending: Mutex::new(Vec::new()),
-                ledger: self.ledger.clone(),
+                done: Mutex::new(Vec::new()),
                 secrets: self.secrets.clone(),
-                invocations: self.invocations.clone(),
                 caller: caller.clone(),
+                actor: caller.actor(),
                 root: id.clone(),
                 trace_id: trace_id.clone(),
                 commit: live.info.commit.clone(),
@@ -469,13 +468,6 @@ impl Dispatcher {
         let started_at = now_rfc3339();
         let outcome = live.invoker.invoke_in(&request.key, input, &context).await;
         let finished_at = now_rfc3339();
-        // The steps' receipts are durable before the flow's is written, and so before any
-        // answer: no acknowledged call lacks a node of its tree.
-        if let Some(tree) = &tree {
-            tree.settle()
-                .await
-                .map_err(|e| DispatchError::unavailable("the receipt could not be written", e))?;
-        }
         // Redacted once: the receipt stores it and the caller is answered with it.
         let output = secrets::redact(&outcome.output, &self.secrets);
         let draft = Draft {
@@ -499,7 +491,12 @@ impl Dispatcher {
             input: secrets::redact(&input_text, &self.secrets),
             output: output.clone(),
         };
-        let receipt = self.append(draft).await?;
+        // The call's receipt goes to the ledger with its steps', after them, all in one append:
+        // one message and one commit round for the whole tree, and no acknowledged call lacks
+        // a node of its tree.
+        let mut drafts = tree.map(|t| t.take()).unwrap_or_default();
+        drafts.push(draft);
+        let receipt = self.append(drafts).await?;
         if let Some(failure) = &outcome.error {
             let kind = match outcome.status {
                 Status::Refused if failure.code.starts_with("breaker") => Failure::BreakerOpen,
@@ -575,11 +572,17 @@ impl Dispatcher {
         })
     }
 
-    /// Make a receipt durable and count it.
-    async fn append(&self, draft: Draft) -> Result<Receipt, DispatchError> {
-        append(&self.ledger, &self.invocations, draft)
-            .await
-            .map_err(|e| DispatchError::unavailable("the receipt could not be written", e))
+    /// Make receipts durable, one after another in the chain, and count them; answers the
+    /// last one's receipt (a call's own, after the calls it made).
+    async fn append(&self, drafts: Vec<Draft>) -> Result<Receipt, DispatchError> {
+        let unavailable = |e| DispatchError::unavailable("the receipt could not be written", e);
+        let mut receipts = self.ledger.append_all(drafts).await.map_err(unavailable)?;
+        for receipt in &receipts {
+            logged(receipt, &self.invocations);
+        }
+        receipts
+            .pop()
+            .ok_or_else(|| unavailable(anyhow::anyhow!("the ledger answered no receipt")))
     }
 }
 
@@ -645,7 +648,7 @@ impl Gate<'_> {
             input: secrets::redact(self.input, known),
             output: secrets::redact(&output, known),
         };
-        self.dispatcher.append(draft).await
+        self.dispatcher.append(vec![draft]).await
     }
 
     /// A token refused at the gate: the literal reason as the code, with its receipt.
@@ -683,19 +686,8 @@ impl Gate<'_> {
 /// Invocations by (status, runner), shared by a dispatcher and the trees of its calls.
 type Counts = Arc<Mutex<BTreeMap<(String, String), u64>>>;
 
-/// Queue a receipt now; the future resolves once it is durable, counted and logged.
-fn append(
-    ledger: &Arc<dyn Ledger>,
-    counts: &Counts,
-    draft: Draft,
-) -> futures_util::future::BoxFuture<'static, anyhow::Result<Receipt>> {
-    let queued = ledger.append(draft);
-    let counts = counts.clone();
-    Box::pin(async move { logged(queued.await?, &counts) })
-}
-
 /// Count and log a durable receipt.
-fn logged(receipt: Receipt, counts: &Counts) -> anyhow::Result<Receipt> {
+fn logged(receipt: &Receipt, counts: &Counts) {
     *counts
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -713,20 +705,21 @@ fn logged(receipt: Receipt, counts: &Counts) -> anyhow::Result<Receipt> {
         commit = %receipt.draft.catalogue_commit,
         "invoked"
     );
-    Ok(receipt)
 }
 
 /// One top-level call's authority over the calls nested in it: the caller's gate for each
 /// step, and a receipt for each, a child of the step's caller, in the same chain and trace.
-/// A step's receipt is queued when the step ends (so the chain holds the tree in the order it
-/// ran) and the flow goes on; the top-level answer waits until every one is durable.
+/// A step's receipt is drafted when the step ends, and the flow goes on; when the top-level
+/// call ends, its receipt follows its steps' into the ledger in one append, so the chain holds
+/// each tree whole, in the order its calls ended, and the answer waits until all are durable.
+/// A crash before then leaves none of the tree, and nothing of it was acknowledged.
 struct Tree {
-    /// Receipts queued and not yet known to be durable.
-    pending: Mutex<Vec<futures_util::future::BoxFuture<'static, anyhow::Result<Receipt>>>>,
-    ledger: Arc<dyn Ledger>,
+    /// The receipts of the calls that have ended, in the order they ended.
+    done: Mutex<Vec<Draft>>,
     secrets: Arc<Known>,
-    invocations: Counts,
     caller: Caller,
+    /// The caller as receipts name it.
+    actor: String,
     /// The top-level call's receipt id.
     root: String,
     trace_id: String,
@@ -746,48 +739,41 @@ impl Authority for Tree {
     }
 
     fn record(&self, node: Node<'_>) {
-        {
-            let outcome = node.outcome;
-            let draft = Draft {
-                id: node.id.to_string(),
-                key: outcome.key.clone(),
-                actor: self.caller.actor(),
-                runner: outcome.runner.clone(),
-                trace_id: self.trace_id.clone(),
-                started_at: node.started_at.to_string(),
-                finished_at: now_rfc3339(),
-                status: outcome.status.as_str().into(),
-                error_code: outcome.error_code().map(str::to_string),
-                cost_usd: outcome.usage.as_ref().and_then(|u| u.cost_usd),
-                input_sha256: ledger::sha256_hex(node.input),
-                output_sha256: ledger::sha256_hex(&outcome.output),
-                contract_sha256: node
-                    .callable
-                    .map(|c| c.fingerprint.clone())
-                    .unwrap_or_default(),
-                catalogue_commit: self.commit.clone(),
-                repairs: None,
-                parent: Some(node.parent.to_string()),
-                root: Some(self.root.clone()),
-                input: secrets::redact(node.input, &self.secrets),
-                output: secrets::redact(&outcome.output, &self.secrets),
-            };
-            let queued = append(&self.ledger, &self.invocations, draft);
-            self.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(queued);
-        }
+        let outcome = node.outcome;
+        let draft = Draft {
+            id: node.id.to_string(),
+            key: outcome.key.clone(),
+            actor: self.actor.clone(),
+            runner: outcome.runner.clone(),
+            trace_id: self.trace_id.clone(),
+            started_at: node.started_at.to_string(),
+            finished_at: now_rfc3339(),
+            status: outcome.status.as_str().into(),
+            error_code: outcome.error_code().map(str::to_string),
+            cost_usd: outcome.usage.as_ref().and_then(|u| u.cost_usd),
+            input_sha256: ledger::sha256_hex(node.input),
+            output_sha256: ledger::sha256_hex(&outcome.output),
+            contract_sha256: node
+                .callable
+                .map(|c| c.fingerprint.clone())
+                .unwrap_or_default(),
+            catalogue_commit: self.commit.clone(),
+            repairs: None,
+            parent: Some(node.parent.to_string()),
+            root: Some(self.root.clone()),
+            input: secrets::redact(node.input, &self.secrets),
+            output: secrets::redact(&outcome.output, &self.secrets),
+        };
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(draft);
     }
 }
 
 impl Tree {
-    /// Wait until every step's receipt queued so far is durable.
-    async fn settle(&self) -> anyhow::Result<()> {
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
-        for r in futures_util::future::join_all(pending).await {
-            r?;
-        }
-        Ok(())
+    /// The receipts of the calls that have ended so far, for the ledger.
+    fn take(&self) -> Vec<Draft> {
+        std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }

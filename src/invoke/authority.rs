@@ -17,8 +17,8 @@ pub trait Authority: Send + Sync {
     fn admit(&self, step: &Row) -> Result<(), (String, String)>;
     /// A fresh receipt id for a nested call about to run (its children name it as parent).
     fn new_id(&self) -> String;
-    /// Queue a nested call's receipt, in the order the calls end; the top-level call answers
-    /// only once every one it queued is durable.
+    /// Keep a nested call's receipt, in the order the calls end; the top-level call's own
+    /// follows them into the ledger, and it answers only once all are durable.
     fn record(&self, node: Node<'_>);
 }
 

@@ -127,10 +127,10 @@ type Link = (i64, String, String);
 /// call this while holding their append lock.
 fn link(last: (i64, String), jobs: &[Job]) -> Vec<Link> {
     let (mut seq, mut prev) = last;
-    let mut out = Vec::with_capacity(jobs.len());
-    for job in jobs {
+    let mut out = Vec::with_capacity(entries(jobs).count());
+    for entry in entries(jobs) {
         seq += 1;
-        let hash = chain_hash_body(&prev, seq, &job.body);
+        let hash = chain_hash_body(&prev, seq, &entry.body);
         let prev_hash = std::mem::replace(&mut prev, hash.clone());
         out.push((seq, prev_hash, hash));
     }
@@ -189,10 +189,19 @@ fn token_entry(
 /// Where receipts live, and the record of capability tokens (revocations must be seen by
 /// every dispatcher that shares the ledger, so they live beside the receipts).
 pub trait Ledger: Send + Sync {
-    /// Queue the receipt at once (receipts take their places in the chain in the order they
-    /// were appended) and return a future that resolves, with its place in the chain, once
-    /// it is durable.
-    fn append(&self, draft: Draft) -> BoxFuture<'static, Result<Receipt>>;
+    /// Queue the receipts at once, one after another in the chain (receipts take their places
+    /// in the order they were appended; a call and the calls it made stay together) and
+    /// return a future that resolves, with their places in the chain, once all are durable.
+    fn append_all(&self, drafts: Vec<Draft>) -> BoxFuture<'static, Result<Vec<Receipt>>>;
+    /// Queue one receipt at once; resolves with its place in the chain once it is durable.
+    fn append(&self, draft: Draft) -> BoxFuture<'static, Result<Receipt>> {
+        let all = self.append_all(vec![draft]);
+        Box::pin(async move {
+            all.await?
+                .pop()
+                .ok_or_else(|| anyhow::anyhow!("the ledger answered no receipt"))
+        })
+    }
     /// One receipt by id.
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>>;
     /// The receipts below the top-level call `root` (its steps, theirs…), in chain order.
@@ -293,43 +302,74 @@ impl Walk {
     }
 }
 
-/// One receipt waiting for the writer, and where to send its answer.
-struct Job {
+/// One receipt waiting for the writer: the draft and its JSON, made by the caller so the one
+/// writer does not.
+struct Entry {
     draft: Draft,
-    /// The draft's JSON, made by the caller so the one writer does not.
     body: String,
-    answer: oneshot::Sender<Result<Receipt, String>>,
 }
 
+/// Receipts appended together (a call and every call it made: one message and one answer for
+/// the tree), and where to send their answer.
+struct Job {
+    entries: Vec<Entry>,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// The writer's answer to a job: its receipts, or why the batch failed.
+type Answer = Result<Vec<Receipt>, String>;
+
 impl Job {
-    fn new(draft: Draft) -> Result<(Job, oneshot::Receiver<Result<Receipt, String>>)> {
-        // Sized once: the fixed fields take under 700 bytes, the input and output the rest.
-        let mut buf = Vec::with_capacity(768 + draft.input.len() + draft.output.len());
-        serde_json::to_writer(&mut buf, &draft)?;
-        let body = String::from_utf8(buf)?;
+    fn new(drafts: Vec<Draft>) -> Result<(Job, oneshot::Receiver<Answer>)> {
+        let entries = drafts
+            .into_iter()
+            .map(|draft| {
+                // Sized once: the fixed fields take under 700 bytes, the input and output the
+                // rest.
+                let mut buf = Vec::with_capacity(768 + draft.input.len() + draft.output.len());
+                serde_json::to_writer(&mut buf, &draft)?;
+                Ok(Entry {
+                    draft,
+                    body: String::from_utf8(buf)?,
+                })
+            })
+            .collect::<Result<_>>()?;
         let (answer, rx) = oneshot::channel();
-        Ok((
-            Job {
-                draft,
-                body,
-                answer,
-            },
-            rx,
-        ))
+        Ok((Job { entries, answer }, rx))
     }
 }
 
-/// The most receipts one transaction takes; more wait for the next.
+/// Every receipt of a batch, in chain order.
+fn entries(jobs: &[Job]) -> impl Iterator<Item = &Entry> {
+    jobs.iter().flat_map(|job| &job.entries)
+}
+
+/// The most receipts one transaction takes; more wait for the next (a job is never split).
 const MAX_BATCH: usize = 4096;
 
-/// Await the writer's answer to one job.
-/// Send `draft` to a backend's writer now (not when first polled: the order of appends is the
-/// order in the chain); the future resolves once it is durable.
+/// The jobs of one batch: `first` and whatever queued meanwhile, up to `MAX_BATCH` receipts.
+fn batch(first: Job, rx: &mut tokio::sync::mpsc::UnboundedReceiver<Job>) -> Vec<Job> {
+    let mut count = first.entries.len();
+    let mut jobs = vec![first];
+    while count < MAX_BATCH
+        && let Ok(more) = rx.try_recv()
+    {
+        count += more.entries.len();
+        jobs.push(more);
+    }
+    jobs
+}
+
+/// Send `drafts` to a backend's writer now (not when first polled: the order of appends is
+/// the order in the chain); the future resolves once they are durable.
 fn queue(
     jobs: &tokio::sync::mpsc::UnboundedSender<Job>,
-    draft: Draft,
-) -> BoxFuture<'static, Result<Receipt>> {
-    let sent = Job::new(draft).and_then(|(job, rx)| {
+    drafts: Vec<Draft>,
+) -> BoxFuture<'static, Result<Vec<Receipt>>> {
+    if drafts.is_empty() {
+        return Box::pin(async { Ok(Vec::new()) });
+    }
+    let sent = Job::new(drafts).and_then(|(job, rx)| {
         jobs.send(job)
             .map_err(|_| anyhow::anyhow!("the ledger writer has stopped"))?;
         Ok(rx)
@@ -337,7 +377,7 @@ fn queue(
     Box::pin(async move { answered(sent?).await })
 }
 
-async fn answered(rx: oneshot::Receiver<Result<Receipt, String>>) -> Result<Receipt> {
+async fn answered(rx: oneshot::Receiver<Answer>) -> Result<Vec<Receipt>> {
     match rx.await {
         Ok(Ok(receipt)) => Ok(receipt),
         Ok(Err(e)) => bail!("the ledger could not commit: {e}"),
@@ -371,18 +411,25 @@ impl Stats {
 fn answer_all(jobs: Vec<Job>, result: Result<Vec<Link>>) {
     match result {
         Ok(links) => {
-            for (job, (seq, prev_hash, hash)) in jobs.into_iter().zip(links) {
-                let receipt = Receipt {
-                    seq,
-                    draft: job.draft,
-                    prev_hash,
-                    hash,
-                };
-                let _ = job.answer.send(Ok(receipt));
+            let mut links = links.into_iter();
+            for job in jobs {
+                let receipts = job
+                    .entries
+                    .into_iter()
+                    .zip(links.by_ref())
+                    .map(|(entry, (seq, prev_hash, hash))| Receipt {
+                        seq,
+                        draft: entry.draft,
+                        prev_hash,
+                        hash,
+                    })
+                    .collect();
+                let _ = job.answer.send(Ok(receipts));
             }
         }
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), batch = jobs.len(), "ledger commit failed");
+            let receipts = entries(&jobs).count();
+            tracing::error!(error = %format!("{e:#}"), receipts, "ledger commit failed");
             for job in jobs {
                 let _ = job.answer.send(Err(format!("{e:#}")));
             }

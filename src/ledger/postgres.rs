@@ -17,8 +17,8 @@
 //! The circuit breakers' state lives here too (`breakers`), so every dispatcher sees one count.
 
 use super::{
-    BoxFuture, Draft, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk,
-    answer_all, link, now_rfc3339, queue, row_to_receipt, token_entry,
+    BoxFuture, Draft, Job, Ledger, Link, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
+    batch, entries, link, now_rfc3339, queue, row_to_receipt, token_entry,
 };
 use crate::access::token::Claims;
 use crate::invoke::breaker::{BreakerState, BreakerStore};
@@ -271,20 +271,21 @@ impl WriterConn {
         };
         let links = link(last, jobs);
         let seqs: Vec<i64> = links.iter().map(|l| l.0).collect();
-        let ids: Vec<&str> = jobs.iter().map(|j| j.draft.id.as_str()).collect();
-        let bodies: Vec<&str> = jobs.iter().map(|j| j.body.as_str()).collect();
+        let ids: Vec<&str> = entries(jobs).map(|e| e.draft.id.as_str()).collect();
+        let bodies: Vec<&str> = entries(jobs).map(|e| e.body.as_str()).collect();
         let prevs: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
         let hashes: Vec<&str> = links.iter().map(|l| l.2.as_str()).collect();
-        let roots: Vec<Option<&str>> = jobs.iter().map(|j| j.draft.root.as_deref()).collect();
-        let repairs: Vec<Option<&str>> = jobs.iter().map(|j| j.draft.repairs.as_deref()).collect();
+        let roots: Vec<Option<&str>> = entries(jobs).map(|e| e.draft.root.as_deref()).collect();
+        let repairs: Vec<Option<&str>> =
+            entries(jobs).map(|e| e.draft.repairs.as_deref()).collect();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
             [&seqs, &ids, &bodies, &prevs, &hashes, &roots, &repairs];
         let (inserted, committed) =
             tokio::join!(c.execute(&self.insert, &params), c.batch_execute("COMMIT"),);
         let inserted = inserted?;
         committed?;
-        if inserted != jobs.len() as u64 {
-            bail!("{inserted} of {} receipts were inserted", jobs.len());
+        if inserted != links.len() as u64 {
+            bail!("{inserted} of {} receipts were inserted", links.len());
         }
         Ok(links)
     }
@@ -297,12 +298,7 @@ async fn writer(
     stats: Arc<Stats>,
 ) {
     while let Some(first) = rx.recv().await {
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH
-            && let Ok(more) = rx.try_recv()
-        {
-            jobs.push(more);
-        }
+        let jobs = batch(first, &mut rx);
         let started = Instant::now();
         let result = async {
             if conn.as_ref().is_none_or(|c| c.client.is_closed()) {
@@ -314,7 +310,7 @@ async fn writer(
             }
         }
         .await
-        .with_context(|| format!("committing {} receipts to {url}", jobs.len()));
+        .with_context(|| format!("committing {} receipts to {url}", entries(&jobs).count()));
         if result.is_err() {
             // Whatever state the connection is in, the next batch starts on a fresh one; the
             // dropped connection's transaction is rolled back by the server.
@@ -326,8 +322,8 @@ async fn writer(
 }
 
 impl Ledger for PgLedger {
-    fn append(&self, draft: Draft) -> BoxFuture<'static, Result<Receipt>> {
-        queue(&self.jobs, draft)
+    fn append_all(&self, drafts: Vec<Draft>) -> BoxFuture<'static, Result<Vec<Receipt>>> {
+        queue(&self.jobs, drafts)
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>> {

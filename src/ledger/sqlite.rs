@@ -7,8 +7,8 @@
 //! link: two processes on the same file wait for each other instead of forking the chain.
 
 use super::{
-    BoxFuture, Job, Ledger, Link, MAX_BATCH, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
-    link, now_rfc3339, queue, row_to_receipt, token_entry,
+    BoxFuture, Draft, Job, Ledger, Link, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
+    batch, entries, link, now_rfc3339, queue, row_to_receipt, token_entry,
 };
 use crate::access::token::Claims;
 use anyhow::{Context as _, Result, bail};
@@ -115,15 +115,15 @@ fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
             "INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
-        for (job, (seq, prev_hash, hash)) in jobs.iter().zip(&links) {
+        for (entry, (seq, prev_hash, hash)) in entries(jobs).zip(&links) {
             insert.execute(params![
                 seq,
-                job.draft.id,
-                job.body,
+                entry.draft.id,
+                entry.body,
                 prev_hash,
                 hash,
-                job.draft.root,
-                job.draft.repairs
+                entry.draft.root,
+                entry.draft.repairs
             ])?;
         }
     }
@@ -133,12 +133,7 @@ fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
 
 fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
     while let Some(first) = rx.blocking_recv() {
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH
-            && let Ok(more) = rx.try_recv()
-        {
-            jobs.push(more);
-        }
+        let jobs = batch(first, &mut rx);
         let started = Instant::now();
         let result = commit_batch(&mut db, &jobs);
         stats.add(started.elapsed());
@@ -152,8 +147,8 @@ fn read_only(path: &Path) -> Result<Connection> {
 }
 
 impl Ledger for SqliteLedger {
-    fn append(&self, draft: super::Draft) -> BoxFuture<'static, Result<Receipt>> {
-        queue(&self.jobs, draft)
+    fn append_all(&self, drafts: Vec<Draft>) -> BoxFuture<'static, Result<Vec<Receipt>>> {
+        queue(&self.jobs, drafts)
     }
 
     fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Receipt>>> {
