@@ -53,8 +53,44 @@ static ANY_SHAPE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&alternatives.join("|")).expect("static secret pattern")
 });
 
-static TOKEN: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"[A-Za-z0-9+/_=-]{32,}").expect("static token pattern"));
+/// The bytes a token-like run is made of: `[A-Za-z0-9+/_=-]`.
+const fn token_bytes() -> [bool; 256] {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'_' | b'=' | b'-');
+        b += 1;
+    }
+    table
+}
+static TOKEN_BYTE: [bool; 256] = token_bytes();
+
+/// The shortest run of token bytes that may be a credential.
+const TOKEN_MIN: usize = 32;
+
+/// The maximal runs of token bytes at least `TOKEN_MIN` long, as byte ranges (what the pattern
+/// `[A-Za-z0-9+/_=-]{32,}` finds, in one pass over the bytes). Token bytes are ASCII, so every
+/// range falls on character boundaries.
+fn token_runs(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < bytes.len() {
+            while at < bytes.len() && !TOKEN_BYTE[bytes[at] as usize] {
+                at += 1;
+            }
+            let start = at;
+            while at < bytes.len() && TOKEN_BYTE[bytes[at] as usize] {
+                at += 1;
+            }
+            if at - start >= TOKEN_MIN {
+                return Some((start, at));
+            }
+        }
+        None
+    })
+}
 
 /// Bits of Shannon entropy per character.
 fn entropy(s: &str) -> f64 {
@@ -76,12 +112,16 @@ fn entropy(s: &str) -> f64 {
 /// A long run that looks random: mixed case and digits, high entropy, not a hex digest
 /// (hashes and commit ids are common, legitimate content).
 fn looks_random(s: &str) -> bool {
-    let hex = s.chars().all(|c| c.is_ascii_hexdigit());
-    let upper = s.chars().any(|c| c.is_ascii_uppercase());
-    let lower = s.chars().any(|c| c.is_ascii_lowercase());
-    let digit = s.chars().any(|c| c.is_ascii_digit());
+    let b = s.as_bytes();
+    if b.iter().all(u8::is_ascii_hexdigit)
+        || !b.iter().any(u8::is_ascii_uppercase)
+        || !b.iter().any(u8::is_ascii_lowercase)
+        || !b.iter().any(u8::is_ascii_digit)
+    {
+        return false;
+    }
     let words = s.split(['_', '-']).filter(|w| w.len() >= 4).count();
-    !hex && upper && lower && digit && words <= 1 && entropy(s) >= 4.2
+    words <= 1 && entropy(s) >= 4.2
 }
 
 /// Every credential-looking literal in `text`.
@@ -111,11 +151,9 @@ fn random_runs<'t>(
     text: &'t str,
     shaped: &'t [(usize, usize)],
 ) -> impl Iterator<Item = (usize, usize)> + 't {
-    TOKEN
-        .find_iter(text)
-        .filter(|m| !shaped.iter().any(|&(s, e)| s < m.end() && m.start() < e))
-        .filter(|m| looks_random(m.as_str()))
-        .map(|m| (m.start(), m.end()))
+    token_runs(text)
+        .filter(|&(start, end)| !shaped.iter().any(|&(s, e)| s < end && start < e))
+        .filter(|&(start, end)| looks_random(&text[start..end]))
 }
 
 /// Secret values this process knows (its own keys), each with its searcher built once, so
@@ -238,6 +276,20 @@ mod tests {
             "a [REDACTED] and [REDACTED] ."
         );
         assert_eq!(redact("hello", &known), "hello");
+    }
+
+    proptest::proptest! {
+        /// The byte scan finds exactly the runs the pattern it stands for finds, in text mixing
+        /// token bytes, other ASCII and multi-byte characters.
+        #[test]
+        fn token_runs_agree_with_the_pattern(
+            text in "([a-zA-Z0-9+/_=-]{0,40}[.: é€]{1,3}){0,6}[a-zA-Z0-9+/_=-]{0,40}"
+        ) {
+            let pattern = Regex::new(r"[A-Za-z0-9+/_=-]{32,}").unwrap();
+            let expected: Vec<(usize, usize)> =
+                pattern.find_iter(&text).map(|m| (m.start(), m.end())).collect();
+            proptest::prop_assert_eq!(token_runs(&text).collect::<Vec<_>>(), expected);
+        }
     }
 
     #[test]
