@@ -131,7 +131,7 @@ async fn acknowledged_invocations_survive_sigkill() {
 
 /// The same with flows: SIGKILL while clients run a three-step flow (a receipt per step and
 /// one for the flow). Every acknowledged flow has its receipt and all three of its steps'
-/// below it, and the chain verifies.
+/// below it, every tree in the ledger is whole, and the chain verifies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_flows_keep_their_whole_tree_through_sigkill() {
     let (dir, _, acked) = load_then_kill(100, |client, port, body| async move {
@@ -161,5 +161,26 @@ async fn acknowledged_flows_keep_their_whole_tree_through_sigkill() {
             .expect("count");
         assert_eq!((own, steps), (1, 3), "flow {id} was acknowledged");
     }
+    // A tree is committed whole or not at all, acknowledged or not: no step lacks its flow,
+    // and every flow's three steps sit just before it in the chain.
+    let orphans: i64 = db
+        .query_row(
+            "SELECT count(*) FROM receipts s WHERE s.root IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM receipts f WHERE f.id = s.root)",
+            [],
+            |r| r.get(0),
+        )
+        .expect("orphans");
+    assert_eq!(orphans, 0, "steps without their flow's receipt");
+    let split: i64 = db
+        .query_row(
+            "SELECT count(*) FROM receipts f WHERE f.root IS NULL
+               AND (SELECT count(*) FROM receipts s
+                     WHERE s.root = f.id AND s.seq BETWEEN f.seq - 3 AND f.seq - 1) != 3",
+            [],
+            |r| r.get(0),
+        )
+        .expect("split trees");
+    assert_eq!(split, 0, "flows whose steps are not just before them");
     verified(dir.path());
 }

@@ -492,8 +492,8 @@ impl Dispatcher {
             output: output.clone(),
         };
         // The call's receipt goes to the ledger with its steps', after them, all in one append:
-        // one message and one commit round for the whole tree, and no acknowledged call lacks
-        // a node of its tree.
+        // one message and one transaction for the whole tree (committed whole or not at all),
+        // so no acknowledged call lacks a node of its tree.
         let mut drafts = tree.map(|t| t.take()).unwrap_or_default();
         drafts.push(draft);
         let receipt = self.append(drafts).await?;
