@@ -408,3 +408,86 @@ async fn router_tags_run_in_order_each_through_the_gate_and_their_output_is_neve
     );
     assert_eq!(receipts(&f).len(), 4, "the shell's tag has its receipt too");
 }
+
+/// The receipt of a step that reached outside (an http call) is in the ledger before the flow
+/// ends, with the builtin step held before it, so a dispatcher that died mid-flow would still
+/// show the side effect; the flow's own receipt follows, after every step, when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steps_side_effect_is_receipted_before_the_flow_ends() {
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let router = axum::Router::new()
+        .route(
+            "/hit/{x}",
+            axum::routing::get(|| async { "hit".to_string() }),
+        )
+        .route(
+            "/wait/{x}",
+            axum::routing::get(move || {
+                let (entered_tx, gate) = (entered_tx.clone(), gate.clone());
+                async move {
+                    let _ = entered_tx.send(());
+                    gate.notified().await;
+                    "released".to_string()
+                }
+            }),
+        );
+    let addr = common::serve(router).await;
+    let repo = Repo::new();
+    repo.write("UPPER_STEP.yaml", &fn_row("UPPER_STEP", "upper"));
+    repo.write("CRED_HIT.yaml", &http_row("CRED_HIT", addr, false));
+    repo.write(
+        "WAIT_HIT.yaml",
+        &http_row("WAIT_HIT", addr, false).replace("/hit/", "/wait/"),
+    );
+    repo.write(
+        "SLOW_FLOW.yaml",
+        &flow_row(
+            "SLOW_FLOW",
+            "UPPER_STEP: $1 > CRED_HIT: $PREV > WAIT_HIT: $PREV",
+            false,
+        ),
+    );
+    repo.commit("rows", "2024-01-01T00:00:00Z");
+    let f = Built::new(repo);
+    let s = state(&f, false);
+
+    let running = tokio::spawn({
+        let s = s.clone();
+        async move { invoke(&s, Some(OWNER), "SLOW_FLOW", "a").await }
+    });
+    // The flow is now waiting in its third step.
+    tokio::time::timeout(std::time::Duration::from_secs(10), entered.recv())
+        .await
+        .expect("the third step reached its upstream");
+    let keys = |f: &Built| -> Vec<String> {
+        receipts(f)
+            .iter()
+            .map(|r| r["key"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while keys(&f).len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        keys(&f),
+        ["UPPER_STEP", "CRED_HIT"],
+        "the http step and the builtin before it are durable while the flow still runs"
+    );
+    release.notify_one();
+    let (status, answer) = running.await.expect("flow task");
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        keys(&f),
+        ["UPPER_STEP", "CRED_HIT", "WAIT_HIT", "SLOW_FLOW"],
+        "the tree in the order its calls ended"
+    );
+    let all = receipts(&f);
+    let flow_id = all[3]["id"].as_str().expect("flow id");
+    assert_eq!(answer["receipt"].as_str(), Some(flow_id));
+    for step in &all[..3] {
+        assert_eq!(step["root"].as_str(), Some(flow_id), "{step}");
+    }
+}

@@ -453,6 +453,8 @@ impl Dispatcher {
         let tree = crate::row::call::makes_nested_calls(&callable.row).then(|| {
             Arc::new(Tree {
                 done: Mutex::new(Vec::new()),
+                sent: Mutex::new(Vec::new()),
+                ledger: self.ledger.clone(),
                 secrets: self.secrets.clone(),
                 caller: caller.clone(),
                 actor: caller.actor(),
@@ -491,12 +493,12 @@ impl Dispatcher {
             input: secrets::redact(&input_text, &self.secrets),
             output: output.clone(),
         };
-        // The call's receipt goes to the ledger with its steps', after them, all in one append:
-        // one message and one transaction for the whole tree (committed whole or not at all),
-        // so no acknowledged call lacks a node of its tree.
-        let mut drafts = tree.map(|t| t.take()).unwrap_or_default();
+        // The call's receipt goes to the ledger after its steps' that are still held, in one
+        // append (a tree of builtins: one message and one transaction, whole or not at all),
+        // and the answer waits for every node of the tree, so no acknowledged call lacks one.
+        let (mut drafts, queued) = tree.map(|t| t.finish()).unwrap_or_default();
         drafts.push(draft);
-        let receipt = self.append(drafts).await?;
+        let receipt = self.append_after(queued, drafts).await?;
         if let Some(failure) = &outcome.error {
             let kind = match outcome.status {
                 Status::Refused if failure.code.starts_with("breaker") => Failure::BreakerOpen,
@@ -575,13 +577,29 @@ impl Dispatcher {
     /// Make receipts durable, one after another in the chain, and count them; answers the
     /// last one's receipt (a call's own, after the calls it made).
     async fn append(&self, drafts: Vec<Draft>) -> Result<Receipt, DispatchError> {
+        self.append_after(Vec::new(), drafts).await
+    }
+
+    /// `append`, once the appends `queued` before (a tree's receipts sent ahead) are durable
+    /// too; they are counted and logged with the rest.
+    async fn append_after(
+        &self,
+        queued: Vec<Appended>,
+        drafts: Vec<Draft>,
+    ) -> Result<Receipt, DispatchError> {
         let unavailable = |e| DispatchError::unavailable("the receipt could not be written", e);
-        let mut receipts = self.ledger.append_all(drafts).await.map_err(unavailable)?;
-        for receipt in &receipts {
+        let last = self.ledger.append_all(drafts);
+        let (earlier, last) =
+            futures_util::future::join(futures_util::future::join_all(queued), last).await;
+        let mut receipts = Vec::new();
+        for appended in earlier {
+            receipts.extend(appended.map_err(unavailable)?);
+        }
+        let mut last = last.map_err(unavailable)?;
+        for receipt in receipts.iter().chain(&last) {
             logged(receipt, &self.invocations);
         }
-        receipts
-            .pop()
+        last.pop()
             .ok_or_else(|| unavailable(anyhow::anyhow!("the ledger answered no receipt")))
     }
 }
@@ -709,13 +727,18 @@ fn logged(receipt: &Receipt, counts: &Counts) {
 
 /// One top-level call's authority over the calls nested in it: the caller's gate for each
 /// step, and a receipt for each, a child of the step's caller, in the same chain and trace.
-/// A step's receipt is drafted when the step ends, and the flow goes on; when the top-level
-/// call ends, its receipt follows its steps' into the ledger in one append, so the chain holds
-/// each tree whole, in the order its calls ended, and the answer waits until all are durable.
-/// A crash before then leaves none of the tree, and nothing of it was acknowledged.
+/// A step's receipt is drafted when the step ends, and the flow goes on. The receipts of
+/// builtin steps are held and go to the ledger with the top-level call's own, in one append:
+/// a flow of builtins is committed whole, in one transaction, or not at all. A step that may
+/// have reached outside (http, agent, mcp) is sent at once with those held before it, so a
+/// crash cannot lose the receipt of a side effect. Either way the chain holds the tree in the
+/// order its calls ended, and the answer waits until every node is durable.
 struct Tree {
-    /// The receipts of the calls that have ended, in the order they ended.
+    /// The receipts of the calls that have ended and are not yet sent, in the order they ended.
     done: Mutex<Vec<Draft>>,
+    /// Appends sent ahead of the top-level call's own (see `record`), not yet known durable.
+    sent: Mutex<Vec<Appended>>,
+    ledger: Arc<dyn Ledger>,
     secrets: Arc<Known>,
     caller: Caller,
     /// The caller as receipts name it.
@@ -764,16 +787,37 @@ impl Authority for Tree {
             input: secrets::redact(node.input, &self.secrets),
             output: secrets::redact(&outcome.output, &self.secrets),
         };
-        self.done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(draft);
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        done.push(draft);
+        if outcome.status != Status::Refused && reaches_outside(&outcome.runner) {
+            // It may have changed something outside: its receipt (and those held before it)
+            // go to the ledger now, so a dispatcher that dies before the top-level call ends
+            // still leaves it receipted.
+            let appended = self.ledger.append_all(std::mem::take(&mut *done));
+            self.sent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(appended);
+        }
     }
 }
 
 impl Tree {
-    /// The receipts of the calls that have ended so far, for the ledger.
-    fn take(&self) -> Vec<Draft> {
-        std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()))
+    /// What the top-level call's receipt goes after: the receipts still held, and the appends
+    /// sent ahead.
+    fn finish(&self) -> (Vec<Draft>, Vec<Appended>) {
+        let held = std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()));
+        let sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(|p| p.into_inner()));
+        (held, sent)
     }
+}
+
+/// An append sent to the ledger, resolving once it is durable.
+type Appended = futures_util::future::BoxFuture<'static, anyhow::Result<Vec<Receipt>>>;
+
+/// Whether a call by this runner may reach outside the dispatcher (an upstream API, a model,
+/// an MCP server). The builtins (`fn`) compute and a flow only composes; a refused call ran
+/// nothing.
+fn reaches_outside(runner: &str) -> bool {
+    !matches!(runner, "fn" | "flow" | "none")
 }
