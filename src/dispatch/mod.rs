@@ -24,7 +24,7 @@ use crate::invoke::outcome::Status;
 use crate::invoke::rowset::Callable;
 use crate::invoke::{Input, InvokerConfig};
 use crate::ledger::{self, Draft, Ledger, Receipt};
-use crate::row::Row;
+use crate::row::{Row, call};
 use arc_swap::ArcSwap;
 use serde::Deserialize;
 use serde_json::Value as Json;
@@ -450,7 +450,7 @@ impl Dispatcher {
         // a row that makes nested calls gets an authority over them (a call tree).
         let id = ledger::new_id();
         let trace_id = uuid::Uuid::new_v4().simple().to_string();
-        let tree = crate::row::call::makes_nested_calls(&callable.row).then(|| {
+        let tree = call::makes_nested_calls(&callable.row).then(|| {
             Arc::new(Tree {
                 done: Mutex::new(Vec::new()),
                 sent: Mutex::new(Vec::new()),
@@ -789,10 +789,12 @@ impl Authority for Tree {
         };
         let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
         done.push(draft);
-        if outcome.status != Status::Refused && reaches_outside(&outcome.runner) {
+        let ran_outside = outcome.status != Status::Refused
+            && node.callable.is_some_and(|c| !call::stays_inside(&c.row));
+        if ran_outside {
             // It may have changed something outside: its receipt (and those held before it)
             // go to the ledger now, so a dispatcher that dies before the top-level call ends
-            // still leaves it receipted.
+            // still leaves it receipted. Queued under the lock, so the chain keeps end order.
             let appended = self.ledger.append_all(std::mem::take(&mut *done));
             self.sent
                 .lock()
@@ -814,10 +816,3 @@ impl Tree {
 
 /// An append sent to the ledger, resolving once it is durable.
 type Appended = futures_util::future::BoxFuture<'static, anyhow::Result<Vec<Receipt>>>;
-
-/// Whether a call by this runner may reach outside the dispatcher (an upstream API, a model,
-/// an MCP server). The builtins (`fn`) compute and a flow only composes; a refused call ran
-/// nothing.
-fn reaches_outside(runner: &str) -> bool {
-    !matches!(runner, "fn" | "flow" | "none")
-}

@@ -379,7 +379,7 @@ fn queue(
 
 async fn answered(rx: oneshot::Receiver<Answer>) -> Result<Vec<Receipt>> {
     match rx.await {
-        Ok(Ok(receipt)) => Ok(receipt),
+        Ok(Ok(receipts)) => Ok(receipts),
         Ok(Err(e)) => bail!("the ledger could not commit: {e}"),
         Err(_) => bail!("the ledger writer has stopped"),
     }

@@ -73,6 +73,13 @@ pub fn example_of(row: &Row) -> String {
         .unwrap_or_default()
 }
 
+/// Does a call of `row` stay inside the dispatcher? Its runner computes (`fn`, a builtin) or
+/// only composes (`flow`: its steps are calls of their own). Any other runner reaches an
+/// upstream API, a model or an MCP server, where a call may change something.
+pub fn stays_inside(row: &Row) -> bool {
+    matches!(row.runner_name(), "fn" | "flow")
+}
+
 /// Does calling `row` make calls of other rows (a flow's steps, an agent's tool calls or the
 /// tags of its reply)? Only such a call needs an authority over nested calls.
 pub fn makes_nested_calls(row: &Row) -> bool {
