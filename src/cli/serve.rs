@@ -33,6 +33,10 @@ pub(super) struct Args {
     /// credential (for local use).
     #[arg(long)]
     open: bool,
+    /// Answer `/metrics` without the owner key (for a scraper that cannot send one; the
+    /// counts show what the dispatcher runs).
+    #[arg(long)]
+    public_metrics: bool,
     /// Follow a site published on a static host (`https://owner.github.io/catalogue/`):
     /// fetch its build into --site, verified file by file against its `build.json`, and
     /// poll for newer builds. How N dispatchers stay on one build with no shared disk.
@@ -72,6 +76,22 @@ struct Limits {
     /// The most bytes read from an upstream response (http rows cut there; agent rows fail).
     #[arg(long, value_name = "BYTES")]
     response_cap: Option<usize>,
+    /// How long a client may take to send a request's headers (and to begin its first
+    /// request) before its connection is closed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, default_value = "10s")]
+    header_timeout: u64,
+    /// How long a request's body may take to arrive whole; past it the request gets 408.
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, default_value = "30s")]
+    body_timeout: u64,
+    /// How long a connection may stay open with no request in flight (responses that stream,
+    /// like `GET /mcp`, count as in flight). On HTTP/1 the header timeout also bounds the
+    /// wait for the next request.
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, default_value = "60s")]
+    idle_timeout: u64,
+    /// Connections served at once before new ones get 503 with Retry-After; default and
+    /// ceiling: the open-file limit less a reserve (a quarter of it, 32 to 1024).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
 }
 
 fn parse_seconds(s: &str) -> Result<u64, String> {
@@ -99,7 +119,8 @@ async fn first_sync(url: &str, site: &Path) -> anyhow::Result<Follower> {
             Ok(_) => return Ok(follower),
             Err(_) if held => return Ok(follower),
             Err(e) if attempt == 5 => {
-                return Err(e.context(format!("no build could be fetched from {url}")));
+                let shown = follower.shown_url().to_string();
+                return Err(e.context(format!("no build could be fetched from {shown}")));
             }
             Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
         }
@@ -137,11 +158,14 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         ledger,
         data,
         open,
+        public_metrics,
         limits,
         follow,
         follow_interval,
         ..
     } = a;
+    crate::serve::ledger_outside_site(&site, &ledger.url)?;
+    crate::serve::data_outside_site(&site, &crate::invoke::breaker::data_dir(data.clone()))?;
     let runtime = tokio::runtime::Runtime::new()?;
     let mut write = None;
     let follower = match (follow, a.catalogue) {
@@ -192,9 +216,32 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
             config.agent.max_body_bytes = cap;
             config.mcp.max_output_bytes = cap;
         }
+        let file_limit = crate::serve::listen::open_file_limit();
+        let budget = crate::serve::listen::connection_budget(file_limit);
+        let max_connections = limits
+            .max_connections
+            .map_or(budget, |n| usize::try_from(n).unwrap_or(usize::MAX).min(budget));
+        if limits.max_connections.is_some_and(|n| n > budget as u64) {
+            tracing::warn!(
+                max_connections,
+                file_limit,
+                "--max-connections lowered to what the open-file limit leaves room for"
+            );
+        }
+        let connections = crate::serve::listen::ConnectionLimits {
+            header_timeout: std::time::Duration::from_secs(limits.header_timeout),
+            body_timeout: std::time::Duration::from_secs(limits.body_timeout),
+            idle_timeout: std::time::Duration::from_secs(limits.idle_timeout),
+            max_connections,
+        };
         tracing::info!(
             body_limit = limits.body_limit,
             max_inflight = limits.max_inflight,
+            header_timeout_s = limits.header_timeout,
+            body_timeout_s = limits.body_timeout,
+            idle_timeout_s = limits.idle_timeout,
+            max_connections,
+            file_limit,
             upstream_timeout_s = config.http.timeout.as_secs(),
             response_cap = config.http.max_body_bytes,
             token_key = %key_source,
@@ -204,6 +251,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
             owner_key: std::env::var("CAPDIR_OWNER_KEY").ok(),
             token_key: Some(token_key),
             open,
+            public_metrics,
             body_limit: limits.body_limit,
             max_inflight: limits.max_inflight,
             write,
@@ -231,7 +279,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(addr = %listener.local_addr()?, "serving");
-        axum::serve(listener, crate::serve::app(state)).await?;
+        crate::serve::listen::serve(listener, crate::serve::app(state), connections).await?;
         Ok(ExitCode::SUCCESS)
     })
 }

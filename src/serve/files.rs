@@ -224,6 +224,21 @@ pub fn ledger_outside_site(site: &Path, ledger: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuse a data directory (the token key, breaker state) inside the site directory, for the
+/// reasons the ledger may not live there: the site is published.
+pub fn data_outside_site(site: &Path, data: &Path) -> anyhow::Result<()> {
+    let site_dir = resolved(site)?;
+    if resolved(data)?.starts_with(&site_dir) {
+        bail!(
+            "the data directory {} (the token key, breaker state) is inside the site directory {}: \
+             the site is published; put it outside, e.g. --data data",
+            data.display(),
+            site.display()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,5 +403,16 @@ mod tests {
             std::os::unix::fs::symlink(&site, &link).unwrap();
             assert!(inside(format!("sqlite:{}/l.sqlite", link.display())).is_err());
         }
+    }
+
+    #[test]
+    fn the_data_directory_stays_outside_the_site() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let site = dir.path().join("site");
+        std::fs::create_dir_all(&site).expect("site");
+        let inside = data_outside_site(&site, &site.join("data")).expect_err("inside");
+        assert!(inside.to_string().contains("token key"), "{inside}");
+        assert!(data_outside_site(&site, &site.join("..").join("site").join("d")).is_err());
+        assert!(data_outside_site(&site, &dir.path().join("data")).is_ok());
     }
 }

@@ -13,12 +13,15 @@ mod api;
 mod directory;
 mod error;
 mod files;
+mod limit;
+pub mod listen;
 pub mod mcp;
 pub mod openapi;
 mod receipt;
 
 pub use api::MAX_ASK_LIMIT;
 pub use error::{ApiError, ErrorBody};
+pub use files::{data_outside_site, ledger_outside_site};
 
 use crate::access::auth::{self, Caller, Keys};
 use crate::access::token::TokenKey;
@@ -54,6 +57,10 @@ pub(crate) struct Shared {
     pub(crate) mcp: mcp::Endpoint,
     /// The write API (`--write`), when on.
     pub(crate) writer: Option<Arc<crate::write::Writer>>,
+    /// `--public-metrics`: `/metrics` answers without the owner key.
+    pub(crate) public_metrics: bool,
+    /// Keyless confirms per peer address.
+    pub(crate) confirms: limit::PerAddress,
 }
 
 /// How a dispatcher is set up.
@@ -73,11 +80,17 @@ pub struct Settings {
     pub body_limit: usize,
     /// Invocations running at once before new ones get 503.
     pub max_inflight: usize,
+    /// What one call may spend on the calls nested in it (steps, tool calls, tags).
+    pub tree_budget: dispatch::TreeBudget,
     /// What `/mcp` lists: one tool per row, or the ask/contract/invoke trio.
     pub mcp: mcp::Options,
     /// `--catalogue DIR --write direct|propose`: the site opened for writes; none keeps the
     /// write API off.
     pub write: Option<crate::write::Ready>,
+    /// `/metrics` without the owner key (for a scraper that cannot send one).
+    pub public_metrics: bool,
+    /// Keyless confirms one peer address may ask per minute.
+    pub confirms_per_minute: u32,
 }
 
 impl Settings {
@@ -92,8 +105,11 @@ impl Settings {
             config: InvokerConfig::default(),
             body_limit: DEFAULT_BODY_LIMIT,
             max_inflight: 1024,
+            tree_budget: dispatch::TreeBudget::default(),
             mcp: mcp::Options::default(),
             write: None,
+            public_metrics: false,
+            confirms_per_minute: 600,
         }
     }
 }
@@ -112,6 +128,7 @@ impl AppState {
             audience: base.clone(),
             config: settings.config,
             max_inflight: settings.max_inflight,
+            tree_budget: settings.tree_budget,
         })?;
         let dispatcher = Arc::new(dispatcher);
         let writer = match settings.write {
@@ -126,6 +143,11 @@ impl AppState {
                 requests: AtomicU64::new(0),
                 mcp: mcp::Endpoint::new(settings.mcp),
                 writer,
+                public_metrics: settings.public_metrics,
+                confirms: limit::PerAddress::new(
+                    settings.confirms_per_minute,
+                    Duration::from_secs(60),
+                ),
             }),
         })
     }
@@ -246,6 +268,14 @@ fn count_requests(
         inner.requests.fetch_add(1, Ordering::Relaxed);
         req
     })
+}
+
+/// The address a request came from, when it came over a socket (the listener puts it in
+/// the request's extensions; requests driven in-process have none).
+pub(crate) fn peer(extensions: &axum::http::Extensions) -> Option<std::net::IpAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
 }
 
 /// The credential a request sends, if any: `x-owner-key: …`, else `Authorization: Bearer …`.
