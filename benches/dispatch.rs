@@ -32,6 +32,7 @@ fn dispatcher(scratch: &Path, ledger_dir: &Path) -> Dispatcher {
         audience: "http://127.0.0.1:8080".into(),
         config: InvokerConfig::default(),
         max_inflight: 1024,
+        tree_budget: Default::default(),
     })
     .expect("dispatcher")
 }

@@ -188,12 +188,17 @@ pub fn require_owner(caller: &Caller) -> Result<(), Denied> {
     }
 }
 
-/// Why an anonymous caller may not run `row` under `--open`, if it may not.
+/// Why an anonymous caller may not run `row` under `--open`, if it may not. `--open` is for
+/// what costs the operator nothing: a row that would spend a credential never runs for an
+/// anonymous caller, be it the row's own (`auth`) or the model provider's key an agent row
+/// sends implicitly.
 pub fn open_refusal(row: &crate::row::Row) -> Option<&'static str> {
     if row.sensitive {
         Some("the row is sensitive")
     } else if !row.auth.trim().is_empty() {
         Some("the row uses a credential")
+    } else if row.kind == crate::row::RowType::Agent {
+        Some("the row calls a model with the operator's provider key")
     } else {
         None
     }
@@ -281,5 +286,15 @@ mod tests {
             step_refusal(&Caller::Anonymous, &sensitive).map(|r| r.0),
             Some("anonymous".into())
         );
+        // An agent row spends the provider's key though it names no `auth`.
+        let agent = row(
+            "key: STEP\ntype: agent\ntarget: gw:openai/gpt-4o-mini\ncontent: |\n  # WHAT: x\n  Answer.\n",
+        );
+        assert!(open_refusal(&agent).is_some_and(|why| why.contains("provider key")));
+        assert_eq!(
+            step_refusal(&Caller::Anonymous, &agent).map(|r| r.0),
+            Some("anonymous".into())
+        );
+        assert_eq!(step_refusal(&token(Risk::Low), &agent), None);
     }
 }

@@ -10,6 +10,7 @@ pub mod secrets;
 
 use crate::row::args::{self, ArgSchema};
 use crate::row::builtins;
+use crate::row::call;
 use crate::row::catalogue::SourceFile;
 use crate::row::credential::Credential;
 use crate::row::diag::{Diagnostic, did_you_mean};
@@ -584,6 +585,28 @@ pub fn check_across(rows: &[&Row]) -> Vec<Diagnostic> {
             ));
         }
     }
+    // What one call may set going: its whole tree, in the worst case.
+    let firsts: HashMap<&str, &Row> = by_key
+        .iter()
+        .filter_map(|(k, v)| Some((*k, *v.first()?)))
+        .collect();
+    for r in rows.iter().filter(|r| call::makes_nested_calls(r)) {
+        let worst = call::worst_case_calls(&r.key, &firsts);
+        if worst > call::MAX_TREE_CALLS {
+            d.push(Diagnostic::error(
+                &r.path,
+                r.spans.key("type"),
+                "call_budget",
+                format!(
+                    "one call of `{}` can make {} nested calls in the worst case; one call may make at most {}",
+                    r.key,
+                    if worst == u64::MAX { "unbounded".to_string() } else { worst.to_string() },
+                    call::MAX_TREE_CALLS
+                ),
+                "make fewer steps or smaller fan-outs, or split the work into calls of their own (each of an agent's tool calls counts as its costliest tool)",
+            ));
+        }
+    }
     for r in rows.iter().filter(|r| r.kind == RowType::Flow) {
         if let Some(cycle) = find_cycle(&r.key, &edges) {
             d.push(Diagnostic::error(
@@ -598,18 +621,20 @@ pub fn check_across(rows: &[&Row]) -> Vec<Diagnostic> {
     d
 }
 
-/// A sensitive row `row` can run, and the path to it: through a flow's steps (and theirs), or
-/// among the categories an agent's tools are limited to (`*`: every category).
+/// A sensitive row `row` can run, and the path to it: through a flow's steps (and theirs),
+/// among the categories an agent's tools are limited to (`*`: every category), or anywhere in
+/// the catalogue for an agent whose reply is routed (a tag may name any key).
 fn reaches_sensitive<'a>(
     row: &'a Row,
     edges: &'a HashMap<&'a str, Vec<String>>,
     by_key: &BTreeMap<&'a str, Vec<&'a Row>>,
 ) -> Option<Vec<&'a str>> {
-    if row.kind == RowType::Agent && !row.allowed_categories.is_empty() {
+    if row.kind == RowType::Agent && (!row.allowed_categories.is_empty() || row.route_reply) {
+        // A routed reply's tags may name any row of the catalogue; tools, those offered.
         let hit = by_key
             .values()
             .flatten()
-            .find(|other| other.sensitive && row.offers_tool(other))?;
+            .find(|other| other.sensitive && (row.route_reply || row.offers_tool(other)))?;
         return Some(vec![row.key.as_str(), hit.key.as_str()]);
     }
     let mut seen = std::collections::HashSet::new();
@@ -809,6 +834,65 @@ pub fn check_change(
 pub struct ChangeChecked {
     pub diagnostics: Vec<Diagnostic>,
     pub across: Vec<Diagnostic>,
+}
+
+/// One ask of another row that a changed row would push down: the other row ranked
+/// `before` for it (`None`: not in the top 12) and `after` with the change, the changed row
+/// now above it.
+#[derive(Debug, Clone)]
+pub struct Displaced<'r> {
+    pub row: &'r Row,
+    pub ask: &'r str,
+    pub before: Option<usize>,
+    pub after: Option<usize>,
+}
+
+/// The asks of `rows` (other than `changed`'s own) that the changed row `changed` takes out of
+/// their place: the row that asks was the best answer and `changed` now is, or it was in the
+/// asks gate's top [`ASK_TOP`] and `changed` pushed it out. `before` and `after` are the
+/// catalogue's index without and with the change. The write API refuses such a change unless
+/// the writer may write every row it displaces: a row's asks are its own to keep, and a
+/// writer of one category could otherwise make its row the best answer to another's asks.
+pub fn displaced_by<'r>(
+    changed: &str,
+    rows: &[&'r Row],
+    before: &crate::search::Searcher,
+    after: &crate::search::Searcher,
+) -> Vec<Displaced<'r>> {
+    const DEPTH: usize = 12;
+    let rank = |hits: &[crate::search::Hit], key: &str| {
+        hits.iter().position(|h| h.key == key).map(|p| p + 1)
+    };
+    let mut out = Vec::new();
+    for row in rows
+        .iter()
+        .filter(|r| r.key != changed && r.enabled && r.planner_visible)
+    {
+        for ask in &row.asks {
+            let Ok(now) = after.ask(ask, DEPTH) else {
+                continue;
+            };
+            let (Some(theirs), ours) = (rank(&now, changed), rank(&now, &row.key)) else {
+                continue;
+            };
+            if ours.is_some_and(|o| o < theirs) {
+                continue;
+            }
+            let was = before.ask(ask, DEPTH).ok().and_then(|h| rank(&h, &row.key));
+            // Its place: the best answer to its ask, or found at all (the asks gate's top).
+            let lost_best = was == Some(1) && theirs == 1;
+            let lost_found = was.is_some_and(|w| w <= ASK_TOP) && ours.is_none_or(|o| o > ASK_TOP);
+            if lost_best || lost_found {
+                out.push(Displaced {
+                    row,
+                    ask,
+                    before: was,
+                    after: ours,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The asks gate: every ask of an enabled row must rank that row in the top [`ASK_TOP`] of

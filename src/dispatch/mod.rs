@@ -10,21 +10,23 @@
 mod error;
 pub mod follow;
 mod live;
+mod tree;
 
 pub use error::{DispatchError, Failure};
 pub use follow::{FollowStatus, Follower};
 pub use live::Live;
+pub use tree::TreeBudget;
 
 use crate::access::affordance::{self, Affordances, Here};
 use crate::access::auth::{self, Caller, Keys, open_refusal};
 use crate::access::token::{self, Reason, Target};
 use crate::check::secrets::{self, Known};
-use crate::invoke::authority::{Authority, CallContext, Node, now_rfc3339};
+use crate::invoke::authority::{CallContext, now_rfc3339};
 use crate::invoke::outcome::Status;
 use crate::invoke::rowset::Callable;
 use crate::invoke::{Input, InvokerConfig};
 use crate::ledger::{self, Draft, Ledger, Receipt};
-use crate::row::{Row, call};
+use crate::row::call;
 use arc_swap::ArcSwap;
 use serde::Deserialize;
 use serde_json::Value as Json;
@@ -90,6 +92,8 @@ pub struct Settings {
     pub config: InvokerConfig,
     /// Invocations running at once before new ones are refused as `saturated`.
     pub max_inflight: usize,
+    /// What one call may spend on the calls nested in it.
+    pub tree_budget: TreeBudget,
 }
 
 /// The dispatcher's core: the live build, the ledger, the keys and the gate.
@@ -105,6 +109,7 @@ pub struct Dispatcher {
     audience: String,
     max_inflight: usize,
     inflight: Semaphore,
+    tree_budget: TreeBudget,
     /// (status, runner) → invocations, for `/metrics`.
     invocations: Counts,
     /// New builds swapped in so far: bumped after every reload, so MCP streams can tell their
@@ -132,6 +137,7 @@ impl Dispatcher {
             audience: settings.audience,
             max_inflight: settings.max_inflight,
             inflight: Semaphore::new(settings.max_inflight),
+            tree_budget: settings.tree_budget,
             invocations: Counts::default(),
             reloads: watch::Sender::new(0),
             follower: std::sync::OnceLock::new(),
@@ -338,6 +344,22 @@ impl Dispatcher {
         ))
     }
 
+    /// Why a token may do nothing here now, if so: revoked, expired, or minted for another
+    /// dispatcher. Invocations check this at their gate (with a receipt); reads that show what
+    /// a token did (its receipts) check it too, so a revoked token reads nothing.
+    pub async fn holder_refusal(
+        &self,
+        claims: &token::Claims,
+    ) -> Result<Option<token::Refusal>, DispatchError> {
+        if self.revoked(&claims.id).await? {
+            return Ok(Some(token::Refusal {
+                reason: Reason::Revoked,
+                message: format!("token {} was revoked", claims.id),
+            }));
+        }
+        Ok(token::check_holder(claims, chrono::Utc::now().timestamp(), &self.audience).err())
+    }
+
     async fn revoked(&self, id: &str) -> Result<bool, DispatchError> {
         self.ledger
             .is_revoked(id)
@@ -451,17 +473,15 @@ impl Dispatcher {
         let id = ledger::new_id();
         let trace_id = uuid::Uuid::new_v4().simple().to_string();
         let tree = call::makes_nested_calls(&callable.row).then(|| {
-            Arc::new(Tree {
-                done: Mutex::new(Vec::new()),
-                sent: Mutex::new(Vec::new()),
+            let root = tree::Root {
                 ledger: self.ledger.clone(),
                 secrets: self.secrets.clone(),
                 caller: caller.clone(),
-                actor: caller.actor(),
                 root: id.clone(),
                 trace_id: trace_id.clone(),
                 commit: live.info.commit.clone(),
-            })
+            };
+            Arc::new(tree::Tree::new(root, self.tree_budget))
         });
         let context = match &tree {
             Some(tree) => CallContext::under(tree.clone(), &id),
@@ -526,7 +546,7 @@ impl Dispatcher {
     /// each tag replaced by its output or its refusal. What a tag's output says is never run.
     /// Only the dispatcher failing its part (the ledger) stops the text.
     pub async fn route(&self, caller: &Caller, text: &str) -> Result<Routed, DispatchError> {
-        let found = crate::row::route::tags(text);
+        let found = crate::invoke::runner::router_tags(text).await;
         let mut tags = Vec::with_capacity(found.len());
         for tag in &found {
             let request = InvokeRequest {
@@ -723,95 +743,6 @@ fn logged(receipt: &Receipt, counts: &Counts) {
         commit = %receipt.draft.catalogue_commit,
         "invoked"
     );
-}
-
-/// One top-level call's authority over the calls nested in it: the caller's gate for each
-/// step, and a receipt for each, a child of the step's caller, in the same chain and trace.
-/// A step's receipt is drafted when the step ends, and the flow goes on. The receipts of
-/// builtin steps are held and go to the ledger with the top-level call's own, in one append:
-/// a flow of builtins is committed whole, in one transaction, or not at all. A step that may
-/// have reached outside (http, agent, mcp) is sent at once with those held before it, so a
-/// crash cannot lose the receipt of a side effect. Either way the chain holds the tree in the
-/// order its calls ended, and the answer waits until every node is durable.
-struct Tree {
-    /// The receipts of the calls that have ended and are not yet sent, in the order they ended.
-    done: Mutex<Vec<Draft>>,
-    /// Appends sent ahead of the top-level call's own (see `record`), not yet known durable.
-    sent: Mutex<Vec<Appended>>,
-    ledger: Arc<dyn Ledger>,
-    secrets: Arc<Known>,
-    caller: Caller,
-    /// The caller as receipts name it.
-    actor: String,
-    /// The top-level call's receipt id.
-    root: String,
-    trace_id: String,
-    commit: String,
-}
-
-impl Authority for Tree {
-    fn admit(&self, step: &Row) -> Result<(), (String, String)> {
-        match auth::step_refusal(&self.caller, step) {
-            Some(refusal) => Err(refusal),
-            None => Ok(()),
-        }
-    }
-
-    fn new_id(&self) -> String {
-        ledger::new_id()
-    }
-
-    fn record(&self, node: Node<'_>) {
-        let outcome = node.outcome;
-        let draft = Draft {
-            id: node.id.to_string(),
-            key: outcome.key.clone(),
-            actor: self.actor.clone(),
-            runner: outcome.runner.clone(),
-            trace_id: self.trace_id.clone(),
-            started_at: node.started_at.to_string(),
-            finished_at: now_rfc3339(),
-            status: outcome.status.as_str().into(),
-            error_code: outcome.error_code().map(str::to_string),
-            cost_usd: outcome.usage.as_ref().and_then(|u| u.cost_usd),
-            input_sha256: ledger::sha256_hex(node.input),
-            output_sha256: ledger::sha256_hex(&outcome.output),
-            contract_sha256: node
-                .callable
-                .map(|c| c.fingerprint.clone())
-                .unwrap_or_default(),
-            catalogue_commit: self.commit.clone(),
-            repairs: None,
-            parent: Some(node.parent.to_string()),
-            root: Some(self.root.clone()),
-            input: secrets::redact(node.input, &self.secrets),
-            output: secrets::redact(&outcome.output, &self.secrets),
-        };
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        done.push(draft);
-        let ran_outside = outcome.status != Status::Refused
-            && node.callable.is_some_and(|c| !call::stays_inside(&c.row));
-        if ran_outside {
-            // It may have changed something outside: its receipt (and those held before it)
-            // go to the ledger now, so a dispatcher that dies before the top-level call ends
-            // still leaves it receipted. Queued under the lock, so the chain keeps end order.
-            let appended = self.ledger.append_all(std::mem::take(&mut *done));
-            self.sent
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(appended);
-        }
-    }
-}
-
-impl Tree {
-    /// What the top-level call's receipt goes after: the receipts still held, and the appends
-    /// sent ahead.
-    fn finish(&self) -> (Vec<Draft>, Vec<Appended>) {
-        let held = std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()));
-        let sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(|p| p.into_inner()));
-        (held, sent)
-    }
 }
 
 /// An append sent to the ledger, resolving once it is durable.

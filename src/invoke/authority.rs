@@ -7,19 +7,30 @@
 
 use crate::invoke::outcome::Outcome;
 use crate::invoke::rowset::Callable;
-use crate::row::Row;
 use std::sync::Arc;
 
 /// The gate and the receipt writer for every nested call under one top-level call.
 pub trait Authority: Send + Sync {
-    /// May `step` run inside this call? `Err((reason, message))` refuses it, `reason` being
-    /// the gate's literal reason (`risk_ceiling:low`, `anonymous`, …).
-    fn admit(&self, step: &Row) -> Result<(), (String, String)>;
+    /// May `step` run inside this call with `input`, reached `via` what? `Err((reason,
+    /// message))` refuses it, `reason` being the gate's literal reason (`risk_ceiling:low`,
+    /// `anonymous`, `budget:calls`, …).
+    fn admit(&self, step: &Callable, via: Via, input: &str) -> Result<(), (String, String)>;
     /// A fresh receipt id for a nested call about to run (its children name it as parent).
     fn new_id(&self) -> String;
     /// Keep a nested call's receipt, in the order the calls end; the top-level call's own
     /// follows them into the ledger, and it answers only once all are durable.
     fn record(&self, node: Node<'_>);
+}
+
+/// How a nested call was reached: what decides whether the caller's scope covers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The calling row names it: a flow's step, or a tool among an agent's declared categories.
+    /// The calling row's contract (and a pin of it) covers it.
+    Composed,
+    /// A router tag in a text a model wrote: no row declared it, so the caller's own scope,
+    /// ceiling and pin must allow it as if the caller had called it directly.
+    Tag,
 }
 
 /// One nested call, finished or refused, as its receipt records it.

@@ -238,3 +238,89 @@ pub fn dependents<'a>(
     }
     out
 }
+
+/// The most nested calls one call may make, its whole tree counted (every flow step, fan-out
+/// branch, agent tool call and router tag, at any depth). The gate refuses a row whose worst
+/// case exceeds it (`call_budget`), and the dispatcher stops a tree that reaches it as it runs.
+pub const MAX_TREE_CALLS: u64 = 256;
+
+/// The tool calls an agent run may make by default (the runner's `agent:tool_call_limit`); the
+/// gate's worst case for an agent with tools counts this many.
+pub const AGENT_TOOL_CALLS: usize = 16;
+
+/// The most nested calls a call of `key` can make in the worst case, over the rows `by_key`:
+/// a flow's steps and branches, each with what it makes in turn; an agent's tool calls (its
+/// limit times the costliest tool it offers, an agent among them counted as one call); the tags of a routed reply (`route::MAX_TAGS`
+/// calls: a tag may name any row, so what those make is bounded at run time by
+/// [`MAX_TREE_CALLS`] instead). Saturates instead of overflowing. A
+/// cycle adds nothing where it closes: a flow cycle is the gate's `flow_cycle`, and an agent
+/// reaching itself through tools or tags is bounded at run time by [`MAX_TREE_CALLS`].
+pub fn worst_case_calls(key: &str, by_key: &HashMap<&str, &Row>) -> u64 {
+    fn of<'r>(
+        key: &'r str,
+        by_key: &HashMap<&str, &'r Row>,
+        done: &mut HashMap<&'r str, u64>,
+        path: &mut Vec<&'r str>,
+    ) -> u64 {
+        if let Some(n) = done.get(key) {
+            return *n;
+        }
+        let Some(row) = by_key.get(key).copied() else {
+            return 0;
+        };
+        if path.contains(&row.key.as_str()) {
+            return 0;
+        }
+        path.push(row.key.as_str());
+        // One call of `t` and what it makes in turn.
+        let each = |t: &'r Row, done: &mut HashMap<&'r str, u64>, path: &mut Vec<&'r str>| {
+            1u64.saturating_add(of(t.key.as_str(), by_key, done, path))
+        };
+        let mut total: u64 = 0;
+        match row.kind {
+            RowType::Flow => {
+                if let Ok(flow) = crate::row::flow::parse(row.payload()) {
+                    let steps: Vec<&'r Row> =
+                        flow.keys().filter_map(|k| by_key.get(k).copied()).collect();
+                    // A step the set lacks still costs its own call.
+                    let missing = flow.keys().count() - steps.len();
+                    total = total.saturating_add(missing as u64);
+                    for step in steps {
+                        total = total.saturating_add(each(step, done, path));
+                    }
+                }
+            }
+            RowType::Agent => {
+                if !row.allowed_categories.is_empty() {
+                    let tools: Vec<&'r Row> = by_key
+                        .values()
+                        .copied()
+                        .filter(|t| row.offers_tool(t))
+                        .collect();
+                    // A tool that is itself an agent counts as its one call: what it makes
+                    // is a model's choice again, bounded as the tree runs.
+                    let tool = tools
+                        .into_iter()
+                        .map(|t| match t.kind {
+                            RowType::Agent => 1,
+                            _ => each(t, done, path),
+                        })
+                        .max()
+                        .unwrap_or(0);
+                    total = total.saturating_add(tool.saturating_mul(AGENT_TOOL_CALLS as u64));
+                }
+                if row.route_reply {
+                    // A tag may name any row: which ones is the model's choice, not the row's,
+                    // so the tags count as calls here and what the tagged rows make in turn
+                    // is bounded as the tree runs.
+                    total = total.saturating_add(crate::row::route::MAX_TAGS as u64);
+                }
+            }
+            RowType::Fn | RowType::Http => {}
+        }
+        path.pop();
+        done.insert(row.key.as_str(), total);
+        total
+    }
+    of(key, by_key, &mut HashMap::new(), &mut Vec::new())
+}

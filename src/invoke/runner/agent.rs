@@ -10,6 +10,7 @@
 use super::{Call, Ran, RunFuture, Runner, fetch_reason, read_capped, scrub, truncate_chars};
 use crate::build::projection;
 use crate::invoke::Input;
+use crate::invoke::authority::Via;
 use crate::invoke::outcome::{Failure, Usage};
 use crate::row::Row;
 use crate::row::credential::Credential;
@@ -310,7 +311,7 @@ impl Default for AgentLimits {
     fn default() -> AgentLimits {
         AgentLimits {
             turns: 8,
-            tool_calls: 16,
+            tool_calls: crate::row::call::AGENT_TOOL_CALLS,
             tokens: 200_000,
             cost_usd: 1.0,
             wall: Duration::from_secs(300),
@@ -493,12 +494,13 @@ async fn route_reply(
     reply: &str,
     usage: &mut Usage,
 ) -> String {
-    let found = crate::row::route::tags(reply);
+    let found = super::router_tags(reply).await;
     let mut outputs = Vec::with_capacity(found.len());
     for tag in &found {
         let o = super::run_nested(
             call.invoker,
             context,
+            Via::Tag,
             tag.key,
             Input::Body(tag.args.to_string()),
             tag.args,
@@ -576,7 +578,9 @@ impl AgentRunner {
         match tool_input(row, arguments) {
             Err(why) => format!("ERR:bad_args:{why}"),
             Ok(input) => {
-                let o = super::run_nested(call.invoker, context, name, input, arguments).await;
+                let o =
+                    super::run_nested(call.invoker, context, Via::Composed, name, input, arguments)
+                        .await;
                 if let Some(u) = &o.usage {
                     usage.add(u);
                 }

@@ -12,7 +12,7 @@
 //! receipt, a child of the flow's, durable before the next step starts.
 
 use super::{Call, Ran, RunFuture, Runner};
-use crate::invoke::authority::CallContext;
+use crate::invoke::authority::{CallContext, Via};
 use crate::invoke::outcome::{Failure, Outcome, Usage};
 use crate::invoke::{Input, Invoker};
 use crate::row::flow::{Call as StepCall, Step};
@@ -136,6 +136,7 @@ async fn run_flow(call: Call<'_>) -> Ran {
                 let outcome = super::run_nested(
                     call.invoker,
                     &context,
+                    Via::Composed,
                     &c.key,
                     Input::Body(body.clone()),
                     &body,
@@ -205,8 +206,15 @@ async fn fan_out(
         let key = b.key.clone();
         let context = context.clone();
         tasks.spawn(async move {
-            let outcome =
-                super::run_nested(&invoker, &context, &key, Input::Body(body.clone()), &body).await;
+            let outcome = super::run_nested(
+                &invoker,
+                &context,
+                Via::Composed,
+                &key,
+                Input::Body(body.clone()),
+                &body,
+            )
+            .await;
             (i, outcome)
         });
     }

@@ -14,7 +14,7 @@ pub mod mcp;
 
 use crate::invoke::Input;
 use crate::invoke::Invoker;
-use crate::invoke::authority::{CallContext, Node, now_rfc3339};
+use crate::invoke::authority::{CallContext, Node, Via, now_rfc3339};
 use crate::invoke::outcome::{Failure, Usage};
 use crate::invoke::outcome::{Outcome, Status};
 use crate::invoke::rowset::Callable;
@@ -84,6 +84,7 @@ pub type RunFuture<'a> = Pin<Box<dyn Future<Output = Ran> + Send + 'a>>;
 pub async fn run_nested(
     invoker: &Invoker,
     context: &CallContext,
+    via: Via,
     key: &str,
     input: Input,
     shown: &str,
@@ -96,7 +97,7 @@ pub async fn run_nested(
     let id = authority.new_id();
     let started_at = now_rfc3339();
     let started = std::time::Instant::now();
-    let admitted = callable.map_or(Ok(()), |c| authority.admit(&c.row));
+    let admitted = callable.map_or(Ok(()), |c| authority.admit(c, via, shown));
     let refused = admitted.is_err();
     let outcome = match admitted {
         Ok(()) => {
@@ -143,6 +144,39 @@ pub async fn run_nested(
     o.output = failure.render();
     o.error = Some(failure);
     o
+}
+
+/// Texts longer than this have their router tags found on a blocking thread, not on an
+/// async worker: a reply or a routed text may be megabytes, and the scan, linear as it is,
+/// should not hold up other requests meanwhile.
+pub const TAGS_INLINE_BYTES: usize = 64 * 1024;
+
+/// The router tags of `text` (`row::route::tags`), found off the async workers when the text
+/// is large.
+pub async fn router_tags(text: &str) -> Vec<crate::row::route::Tag<'_>> {
+    if text.len() <= TAGS_INLINE_BYTES {
+        return crate::row::route::tags(text);
+    }
+    let owned: Arc<str> = Arc::from(text);
+    let scanned = owned.clone();
+    let spans = tokio::task::spawn_blocking(move || {
+        crate::row::route::tags(&scanned)
+            .iter()
+            .map(|t| (t.start, t.end, t.key.len()))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    // The same tags, borrowed from `text` again: `[KEY]args[/KEY]` from start to end.
+    spans
+        .into_iter()
+        .map(|(start, end, key_len)| crate::row::route::Tag {
+            start,
+            end,
+            key: &text[start + 1..start + 1 + key_len],
+            args: &text[start + 2 + key_len..end - key_len - 3],
+        })
+        .collect()
 }
 
 /// One way of executing a row.
@@ -269,5 +303,20 @@ mod tests {
             env.require("B").unwrap_err().render(),
             "ERR:auth:missing_env:B"
         );
+    }
+}
+
+#[cfg(test)]
+mod router_tag_tests {
+    /// Found on a blocking thread or inline, the tags of a text are the same, borrowed from it.
+    #[tokio::test]
+    async fn a_large_text_has_the_tags_an_inline_scan_finds() {
+        let unit = "x [SHA256]a|b[/SHA256] [ECHO_1]é[/ECHO_1] [NOPE] [AB]open ";
+        let text = unit.repeat(super::TAGS_INLINE_BYTES / unit.len() + 10);
+        assert!(text.len() > super::TAGS_INLINE_BYTES);
+        let off = super::router_tags(&text).await;
+        assert_eq!(off, crate::row::route::tags(&text));
+        assert_eq!(off.len(), crate::row::route::MAX_TAGS);
+        assert_eq!((off[1].key, off[1].args), ("ECHO_1", "é"));
     }
 }
