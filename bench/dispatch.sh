@@ -41,7 +41,7 @@ done
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}')
 echo
 echo "median ratio: $median% of the bare handler (target: at least 40%)"
-metrics=$(curl -s http://127.0.0.1:18082/metrics)
+metrics=$(curl -s -H "x-owner-key: $CAPDIR_OWNER_KEY" http://127.0.0.1:18082/metrics)
 commits=$(awk '/^capdir_ledger_commit_seconds_count/ {print $2}' <<<"$metrics")
 commit_s=$(awk '/^capdir_ledger_commit_seconds_sum/ {print $2}' <<<"$metrics")
 echo "capdir requests: $total; ledger: $(target/release/capdir ledger verify --ledger "sqlite:$work/ledger.sqlite")"

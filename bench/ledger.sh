@@ -58,7 +58,7 @@ stop_all() {
 commits() {
   local n=0 c
   for port in "$@"; do
-    c=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^capdir_ledger_commit_seconds_count/ {print $2}')
+    c=$(curl -s -H "x-owner-key: $CAPDIR_OWNER_KEY" "http://127.0.0.1:$port/metrics" | awk '/^capdir_ledger_commit_seconds_count/ {print $2}')
     n=$((n + ${c:-0}))
   done
   echo "$n"

@@ -139,7 +139,7 @@ where
 
 /// The commit a dispatcher follows, from its `/metrics`.
 async fn followed_commit(client: &reqwest::Client, port: u16) -> String {
-    let (_, metrics) = get(client, &format!("http://127.0.0.1:{port}/metrics")).await;
+    let metrics = owner_metrics(client, port).await;
     metrics
         .lines()
         .find_map(|l| l.strip_prefix("capdir_follow_info{"))
@@ -149,8 +149,19 @@ async fn followed_commit(client: &reqwest::Client, port: u16) -> String {
         .to_string()
 }
 
+/// `/metrics` as the owner reads it.
+async fn owner_metrics(client: &reqwest::Client, port: u16) -> String {
+    let r = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .header("x-owner-key", OWNER)
+        .send()
+        .await
+        .expect("metrics");
+    r.text().await.expect("body")
+}
+
 async fn metric(client: &reqwest::Client, port: u16, name: &str) -> f64 {
-    let (_, metrics) = get(client, &format!("http://127.0.0.1:{port}/metrics")).await;
+    let metrics = owner_metrics(client, port).await;
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(name))

@@ -253,10 +253,19 @@ async fn requests_need_a_live_session() {
 
     // DELETE ends a session; its id then answers 404.
     let sid = session(&s).await;
-    let del = |sid: String| Request::delete("/mcp").header("mcp-session-id", sid);
+    let del = |sid: String| {
+        Request::delete("/mcp")
+            .header("mcp-session-id", sid)
+            .header("authorization", bearer())
+    };
     let a = send(&s, del(sid.clone()).body(Body::empty()).unwrap()).await;
     assert_eq!(a.status, StatusCode::NO_CONTENT);
-    let a = post(&s, list, &[("mcp-session-id", &sid)]).await;
+    let a = post(
+        &s,
+        list,
+        &[("mcp-session-id", &sid), ("authorization", &bearer())],
+    )
+    .await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     let a = send(&s, del(sid).body(Body::empty()).unwrap()).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
@@ -273,7 +282,11 @@ async fn wrong_protocol_version_header_is_400() {
         let a = post(
             &s,
             ping,
-            &[("mcp-session-id", &sid), ("mcp-protocol-version", wrong)],
+            &[
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", wrong),
+                ("authorization", &bearer()),
+            ],
         )
         .await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{wrong}: {}", a.text);
@@ -282,12 +295,21 @@ async fn wrong_protocol_version_header_is_400() {
     let a = post(
         &s,
         ping,
-        &[("mcp-session-id", &sid), ("mcp-protocol-version", V)],
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", V),
+            ("authorization", &bearer()),
+        ],
     )
     .await;
     assert_eq!(a.status, StatusCode::OK);
     // Without the header, the negotiated version is assumed.
-    let a = post(&s, ping, &[("mcp-session-id", &sid)]).await;
+    let a = post(
+        &s,
+        ping,
+        &[("mcp-session-id", &sid), ("authorization", &bearer())],
+    )
+    .await;
     assert_eq!(a.status, StatusCode::OK);
 }
 
@@ -299,7 +321,7 @@ async fn notifications_are_accepted_with_202_and_no_body() {
     let a = post(
         &s,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        &[("mcp-session-id", &sid)],
+        &[("mcp-session-id", &sid), ("authorization", &bearer())],
     )
     .await;
     assert_eq!(a.status, StatusCode::ACCEPTED);
@@ -510,13 +532,11 @@ async fn an_anonymous_caller_may_list_but_not_invoke() {
     let (is_error, doc) = result_document(&a.json());
     assert!(is_error);
     assert_eq!(doc["error"]["code"], "unauthorized");
-    // The session is no credential: the owner's session used without the key is anonymous.
+    // The session is no credential: the owner's session used without the key is no session.
     let owner_sid = session(&s).await;
     let a = post(&s, &body.to_string(), &[("mcp-session-id", &owner_sid)]).await;
-    assert_eq!(
-        result_document(&a.json()).1["error"]["code"],
-        "unauthorized"
-    );
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.text);
+    assert_eq!(a.refusal_code(), "unknown_session");
 }
 
 #[tokio::test]
@@ -597,6 +617,7 @@ async fn the_get_stream_says_the_tools_changed_after_a_reload() {
         .header("accept", "text/event-stream")
         .header("mcp-session-id", &sid)
         .header("mcp-protocol-version", V)
+        .header("authorization", bearer())
         .body(Body::empty())
         .unwrap();
     let res = app(s.clone()).oneshot(open).await.unwrap();

@@ -314,7 +314,8 @@ async fn the_document_describes_every_route_and_answer() {
         ("get", get(&format!("/receipt/{receipt}"), Some(&tok)), 403),
         ("get", get("/receipt/inv_none", Some(OWNER)), 404),
         ("get", get("/receipt/bad", Some(OWNER)), 400),
-        ("get", get("/metrics", None), 200),
+        ("get", get("/metrics", None), 401),
+        ("get", get("/metrics", Some(OWNER)), 200),
         ("post", post("{}", Some(OWNER)), 400),
         ("post", post(r#"{"key":"GOOD_ECHO","body":"x"}"#, None), 401),
         (

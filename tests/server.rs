@@ -225,7 +225,20 @@ async fn invoke_writes_a_receipt_that_confirms() {
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert_eq!(error_code(&text), "bad_receipt_id");
 
-    let (st, text) = get(&s, "/metrics").await;
+    let (st, _) = get(&s, "/metrics").await;
+    assert_eq!(
+        st,
+        StatusCode::UNAUTHORIZED,
+        "the counts are the owner's to read"
+    );
+    let (st, text) = send(
+        &s,
+        Request::get("/metrics")
+            .header("x-owner-key", OWNER)
+            .body(Body::empty())
+            .expect("request"),
+    )
+    .await;
     assert_eq!(st, StatusCode::OK);
     assert!(
         text.contains(

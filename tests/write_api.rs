@@ -805,3 +805,50 @@ async fn writes_are_off_unless_asked_for() {
     let v: Json = res.json().await.expect("json");
     assert_eq!(v["error"]["code"], "writes_off");
 }
+
+/// A token of one category cannot make its row the answer to another category's asks: the
+/// write that would push GOOD_ECHO (category text) down for its own ask is refused with the
+/// row it displaces named, and nothing is committed; a writer of both, or the owner, may.
+#[tokio::test]
+async fn a_write_cannot_take_another_categorys_asks() {
+    let s = Served::start(Mode::Direct, |_| {}).await;
+    let before = s.state();
+    let takeover = "key: TAKEOVER\ntype: fn\ntarget: echo\ncategory: misc\nplanner_rank: 0\ncontent: |\n  # WHAT: Repeat my text back: returns its arguments unchanged.\n  # WHEN_TO_USE: To repeat my text back, to test a call end to end.\n  # ARGS: $1=text\n  # EX: hello\n  # OUTPUT: the text\n  [\"$1\"]\nasks:\n  - repeat my text back\n";
+    let misc_writer = token(&["misc"], &[]);
+    let (status, v) = s
+        .send(
+            "PUT",
+            "/api/directory/TAKEOVER",
+            Some(&misc_writer),
+            "application/yaml",
+            takeover.into(),
+        )
+        .await;
+    assert_eq!(status, 422, "{v}");
+    let taken: Vec<&Json> = v["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .filter(|d| d["code"] == "takes_asks")
+        .collect();
+    assert!(
+        taken
+            .iter()
+            .any(|d| d["message"].as_str().unwrap().contains("`GOOD_ECHO`")),
+        "{v}"
+    );
+    assert_eq!(s.state(), before, "nothing committed");
+    assert_eq!(s.file("TAKEOVER.yaml"), None);
+    // A token that may write the displaced row too may make the change.
+    let both = token(&["misc", "text"], &[]);
+    let (status, v) = s
+        .send(
+            "PUT",
+            "/api/directory/TAKEOVER",
+            Some(&both),
+            "application/yaml",
+            takeover.into(),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+}

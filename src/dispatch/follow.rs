@@ -46,8 +46,30 @@ pub enum Polled {
     Updated { commit: String, fetched: usize },
 }
 
+/// `url` without its user and password: what logs, metrics and answers show of it.
+pub fn without_credentials(url: &reqwest::Url) -> reqwest::Url {
+    let mut shown = url.clone();
+    // Only URLs that cannot have credentials refuse these, and those have none to remove.
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown
+}
+
+/// The `user:password@` part of `url` as its text spells it (every URL joined onto it spells it
+/// the same), to cut from any text that may quote such a URL (an HTTP client's error does).
+fn userinfo(url: &reqwest::Url) -> Option<String> {
+    let start = url.as_str().find("://")? + 3;
+    let end = start + url.as_str()[start..].find('@')?;
+    (url.username() != "" || url.password().is_some())
+        .then(|| url.as_str()[start..=end].to_string())
+}
+
 /// Follows one published site into one local site directory.
 pub struct Follower {
+    /// The URL without credentials, for logs and the status.
+    shown: reqwest::Url,
+    /// The URL's `user:password@`, cut from every error the follower records or logs.
+    userinfo: Option<String>,
     base: reqwest::Url,
     site: PathBuf,
     client: reqwest::Client,
@@ -63,9 +85,13 @@ impl Follower {
         if !text.ends_with('/') {
             text.push('/');
         }
-        let base = reqwest::Url::parse(&text).with_context(|| format!("--follow {url}"))?;
+        // Errors name the URL without what it may carry after `//` and before `@`.
+        let base = reqwest::Url::parse(&text).context("--follow is not a URL")?;
         if !matches!(base.scheme(), "http" | "https") {
-            bail!("--follow takes an http:// or https:// address, not {url}");
+            bail!(
+                "--follow takes an http:// or https:// address, not {}:",
+                base.scheme()
+            );
         }
         let client = reqwest::Client::builder()
             .user_agent(crate::invoke::runner::USER_AGENT)
@@ -74,18 +100,26 @@ impl Follower {
             .build()
             .context("building the follower's HTTP client")?;
         let commit = Manifest::read(site).map(|m| m.commit).unwrap_or_default();
+        let shown = without_credentials(&base);
         Ok(Follower {
             status: Mutex::new(FollowStatus {
-                url: base.to_string(),
+                url: shown.to_string(),
                 commit,
                 last_outcome: "none",
                 ..FollowStatus::default()
             }),
+            userinfo: userinfo(&base),
+            shown,
             base,
             site: site.to_path_buf(),
             client,
             etag: Mutex::new(None),
         })
+    }
+
+    /// The followed URL as logs and answers may show it (without credentials).
+    pub fn shown_url(&self) -> &str {
+        self.shown.as_str()
     }
 
     /// What the follower has done so far.
@@ -99,7 +133,15 @@ impl Follower {
     /// Poll once: fetch the manifest and, when it describes another build, that build. The
     /// outcome is recorded in the status and logged.
     pub async fn poll(&self) -> Result<Polled> {
-        let result = self.update().await;
+        // An error may quote the URL it fetched, credentials and all: cut them before the
+        // error is recorded, logged or returned.
+        let result = self.update().await.map_err(|e| {
+            let mut error = format!("{e:#}");
+            if let Some(userinfo) = &self.userinfo {
+                error = error.replace(userinfo.as_str(), "");
+            }
+            anyhow::anyhow!(error)
+        });
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.polls += 1;
         status.last_poll = Some(chrono::Utc::now().timestamp());
@@ -110,13 +152,14 @@ impl Follower {
                 status.updates += 1;
                 status.commit = commit.clone();
                 status.last_error = None;
-                tracing::info!(commit = %commit, fetched, url = %self.base, "followed a new build");
+                tracing::info!(commit = %commit, fetched, url = %self.shown, "followed a new build");
             }
             Err(e) => {
                 status.last_outcome = "failed";
                 status.failures += 1;
-                status.last_error = Some(format!("{e:#}"));
-                tracing::warn!(error = %format!("{e:#}"), url = %self.base, "follow: the live build stays");
+                let error = format!("{e:#}");
+                tracing::warn!(error = %error, url = %self.shown, "follow: the live build stays");
+                status.last_error = Some(error);
             }
         }
         result
@@ -263,4 +306,42 @@ async fn read_at_most(mut response: reqwest::Response, limit: u64) -> Result<Vec
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A followed URL's credentials never reach the status (so `/metrics`), the log or the
+    /// error a failed poll returns; the fetch itself still sends them.
+    #[tokio::test]
+    async fn credentials_in_the_followed_url_are_never_shown() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a port")
+            .port();
+        let site = std::env::temp_dir().join(format!("capdir-follow-{port}"));
+        let url = format!("http://reader:s3cr3t-pass@127.0.0.1:{port}/site/");
+        let follower = Follower::new(&url, &site).expect("follower");
+        assert_eq!(
+            follower.shown_url(),
+            format!("http://127.0.0.1:{port}/site/")
+        );
+        let e = follower.poll().await.expect_err("nothing listens");
+        let status = follower.status();
+        for text in [
+            format!("{e:#}"),
+            status.url.clone(),
+            status.last_error.unwrap_or_default(),
+        ] {
+            assert!(
+                !text.contains("s3cr3t-pass") && !text.contains("reader"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            userinfo(&follower.base).as_deref(),
+            Some("reader:s3cr3t-pass@")
+        );
+    }
 }

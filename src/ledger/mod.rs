@@ -96,11 +96,14 @@ pub fn sha256_hex(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-/// A new receipt id: `inv_` and a UUIDv7 without dashes. Version 7 starts with the time, so
-/// ids made one after another sort together and the id index grows at its right edge (one
-/// page touched per commit rather than one per receipt); 74 random bits keep it unguessable.
+/// A new receipt id: `inv_`, the time in milliseconds (12 hex digits) and a UUIDv4 without
+/// dashes. Starting with the time, ids made one after another sort together and the id index
+/// grows at its right edge (one page touched per commit rather than one per receipt); 122
+/// random bits keep it unguessable: the keyless confirm answers anyone who knows an id.
 pub fn new_id() -> String {
-    format!("inv_{}", uuid::Uuid::now_v7().simple())
+    // A UUIDv7's random part ran on a counter here: consecutive ids differed in 32 bits.
+    let millis = chrono::Utc::now().timestamp_millis().max(0);
+    format!("inv_{millis:012x}{}", uuid::Uuid::new_v4().simple())
 }
 
 /// The hash of a receipt: SHA-256 over the previous hash and the receipt's canonical JSON,
@@ -526,6 +529,35 @@ impl std::fmt::Debug for Location {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Receipt ids carry at least 96 random bits: ids made one after another share no more
+    /// than their time prefix, and differ in about half of the rest's bits.
+    #[test]
+    fn receipt_ids_are_unguessable_from_their_neighbours() {
+        let ids: Vec<String> = (0..200).map(|_| new_id()).collect();
+        let mut differing = 0u32;
+        for pair in ids.windows(2) {
+            let (a, b) = (&pair[0]["inv_".len() + 12..], &pair[1]["inv_".len() + 12..]);
+            assert_eq!(a.len(), 32, "{}", pair[0]);
+            let (a, b) = (
+                u128::from_str_radix(a, 16).unwrap(),
+                u128::from_str_radix(b, 16).unwrap(),
+            );
+            differing += (a ^ b).count_ones();
+        }
+        // 122 random bits: two ids differ in 61 of them on average.
+        let mean = differing / (ids.len() as u32 - 1);
+        assert!(
+            mean >= 48,
+            "consecutive ids differ in {mean} bits on average"
+        );
+        assert!(ids.iter().all(|id| checked_id_shape(id)));
+    }
+
+    fn checked_id_shape(id: &str) -> bool {
+        id.strip_prefix("inv_")
+            .is_some_and(|r| r.len() <= 64 && r.bytes().all(|b| b.is_ascii_alphanumeric()))
+    }
 
     /// The canonical JSON written out by serde, as the chain was first defined.
     fn chain_hash_by_serde(prev_hash: &str, seq: i64, draft: &Draft) -> String {

@@ -93,6 +93,7 @@ fn check_query(q: &DispatchQuery) -> Result<(), ApiError> {
 pub(super) async fn dispatch_get(
     State(state): State<AppState>,
     headers: HeaderMap,
+    extensions: axum::http::Extensions,
     query: Result<Query<DispatchQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| {
@@ -139,6 +140,7 @@ pub(super) async fn dispatch_get(
         .await;
     }
     if let Some(id) = q.confirm {
+        limit_keyless(&state, &headers, &extensions)?;
         return confirm(&state, &id).await;
     }
     if q.map.is_some() {
@@ -250,6 +252,30 @@ async fn contract(
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     text.push_str(&affordances.markdown());
     Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+}
+
+/// A request without a credential counted against its address's keyless allowance: 429 with
+/// `Retry-After` once it is spent. A caller with a credential is not limited here.
+pub(super) fn limit_keyless(
+    state: &AppState,
+    headers: &HeaderMap,
+    extensions: &axum::http::Extensions,
+) -> Result<(), ApiError> {
+    if crate::serve::sent_credential(headers).is_some() {
+        return Ok(());
+    }
+    let Some(ip) = crate::serve::peer(extensions) else {
+        return Ok(());
+    };
+    state.inner.confirms.check(ip).map_err(|wait| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "this address has asked for too many keyless confirmations this minute",
+            "wait for Retry-After, or confirm with a credential",
+        )
+        .retry_after(wait)
+    })
 }
 
 async fn confirm(state: &AppState, id: &str) -> Result<Response, ApiError> {
@@ -388,7 +414,14 @@ pub(super) async fn openapi(State(state): State<AppState>) -> Response {
     axum::Json(crate::serve::openapi::document(&state.inner.base)).into_response()
 }
 
-pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    // What the dispatcher runs and how busy it is is the operator's to read.
+    if !state.inner.public_metrics
+        && let Err(e) = authenticate(state.keys(), &headers)
+            .and_then(|c| auth::require_owner(&c).map_err(ApiError::from))
+    {
+        return e.into_response();
+    }
     let dispatcher = state.dispatcher();
     let mut out = String::new();
     let _ = writeln!(

@@ -3,6 +3,7 @@
 
 use super::{ApiError, AppState, authenticate};
 use crate::access::auth::{self, Caller};
+use crate::dispatch::Dispatcher;
 use crate::ledger::Receipt;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -14,30 +15,62 @@ pub(super) async fn receipt(
     State(state): State<AppState>,
     UrlPath(id): UrlPath<String>,
     headers: HeaderMap,
+    extensions: axum::http::Extensions,
 ) -> Result<Response, ApiError> {
     let wants_html = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/html"));
     if wants_html {
+        // Without a key the page is the keyless confirmation: limited per address alike.
+        super::api::limit_keyless(&state, &headers, &extensions)?;
         return Ok(receipt_page(&state, &id, &headers).await);
     }
     let caller = authenticate(state.keys(), &headers)?;
     auth::require_credential(&caller)?;
     let r = state.dispatcher().find_receipt(&id).await?;
-    may_read_receipt(&caller, &r)?;
+    may_read_receipt(state.dispatcher(), &caller, &r).await?;
     // With the receipts of the calls it made below it, when it made any (a flow's steps).
     let tree = state.dispatcher().receipt_tree(r).await?;
     Ok(axum::Json(tree).into_response())
 }
 
-/// Who may read a full receipt: the owner, or the token whose invocation it records.
-fn may_read_receipt(caller: &Caller, r: &Receipt) -> Result<(), ApiError> {
+/// Who may read a full receipt: the owner, or the token whose invocation it records while
+/// that token still holds (not revoked, not expired, minted for this dispatcher), as the gate
+/// of an invocation would judge it.
+async fn may_read_receipt(
+    dispatcher: &Dispatcher,
+    caller: &Caller,
+    r: &Receipt,
+) -> Result<(), ApiError> {
     auth::require_credential(caller)?;
-    if matches!(caller, Caller::Token(_) if r.draft.actor == caller.actor()) {
-        return Ok(());
+    if let Caller::Token(claims) = caller {
+        if let Some(refused) = dispatcher.holder_refusal(claims).await? {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                refused.reason.as_str(),
+                refused.message,
+                refused.reason.how_to_fix(),
+            ));
+        }
+        if r.draft.actor == caller.actor() {
+            return Ok(());
+        }
     }
     Ok(auth::require_owner(caller)?)
+}
+
+/// Whether a page may show `r` in full to `caller`: false for anonymous callers, who see
+/// the keyless confirmation.
+async fn may_read(
+    dispatcher: &Dispatcher,
+    caller: Result<Caller, ApiError>,
+    r: &Receipt,
+) -> Result<bool, ApiError> {
+    match caller? {
+        Caller::Anonymous => Ok(false),
+        c => may_read_receipt(dispatcher, &c, r).await.map(|()| true),
+    }
 }
 
 /// What the receipt page's form sends: the owner key or a token typed into the page.
@@ -87,10 +120,7 @@ async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Respon
     let caller = authenticate(state.keys(), headers);
     let (receipt, full, refusal) = match found {
         Err(e) => (None, false, Some(e)),
-        Ok(r) => match caller.and_then(|c| match c {
-            Caller::Anonymous => Ok(false),
-            c => may_read_receipt(&c, &r).map(|()| true),
-        }) {
+        Ok(r) => match may_read(state.dispatcher(), caller, &r).await {
             // The full receipt, with the receipts of the calls it made (a flow's steps).
             Ok(true) => match state.dispatcher().receipt_tree(r).await {
                 Ok(tree) => (

@@ -43,6 +43,48 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The asks of other rows a token's write would take out of their place, each as an error on
+/// the written file, when the token may not write the row that asks (`check::displaced_by`).
+fn taken_asks(
+    claims: &token::Claims,
+    key: &str,
+    base: &[&Row],
+    searchers: &(crate::search::Searcher, crate::search::Searcher),
+    file: &std::path::Path,
+) -> Vec<Diagnostic> {
+    let place =
+        |rank: Option<usize>| rank.map_or("out of the top 12".to_string(), |r| format!("#{r}"));
+    crate::check::displaced_by(key, base, &searchers.0, &searchers.1)
+        .into_iter()
+        .filter(|d| {
+            let theirs = WriteTarget {
+                key: &d.row.key,
+                categories: [Some(d.row.category.as_str()), Some(d.row.category.as_str())],
+                sensitive: d.row.sensitive,
+                runs_command: false,
+            };
+            token::check_write(claims, &theirs).is_err()
+        })
+        .map(|d| {
+            Diagnostic::error(
+                file,
+                (0, 0),
+                "takes_asks",
+                format!(
+                    "`{key}` would rank above `{}` for its ask {:?} ({} → {}); token {} may not write `{}`",
+                    d.row.key,
+                    d.ask,
+                    place(d.before),
+                    place(d.after),
+                    claims.id,
+                    d.row.key
+                ),
+                "describe what this row does in words of its own, or have the owner (or a token that may write the other row) make the change",
+            )
+        })
+        .collect()
+}
+
 /// The longest commit message a request may give.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
@@ -733,6 +775,16 @@ impl Writer {
         }
         if diagnostics.iter().any(Diagnostic::is_error) {
             return Ok(Outcome::Refused(diagnostics));
+        }
+        if let Caller::Token(claims) = caller
+            && new_row.is_some()
+        {
+            let file = std::path::PathBuf::from(self.catalogue.path_of(&name));
+            let taken = taken_asks(claims, key, &base, &searchers, &file);
+            if !taken.is_empty() {
+                return Ok(Outcome::Refused(taken));
+            }
+            laps.lap("asks of others");
         }
         // The commit.
         let author = author_of(caller);

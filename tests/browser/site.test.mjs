@@ -213,7 +213,7 @@ test("on capdir serve: run a row's example with a typed key and read its receipt
   const receiptLink = page.locator("#run-receipt");
   await receiptLink.waitFor();
   const id = await receiptLink.textContent();
-  assert.match(id, /^inv_[0-9a-f]{32}$/);
+  assert.match(id, /^inv_[0-9a-f]{44}$/);
   assert.equal(await page.locator("#run-result .status").first().textContent(), "PROVEN_MATERIAL_RESULT");
   assert.equal(await page.locator("#run-result pre").textContent(), "hello from chromium");
   assert.equal(await receiptLink.getAttribute("href"), env.served + "/receipt/" + id, "receipts link to the dispatcher");

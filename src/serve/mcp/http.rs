@@ -105,6 +105,15 @@ fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
     })
 }
 
+/// Who holds the sessions a caller opens: its credential (`Caller::actor`); anonymous callers
+/// per peer address, so one cannot use up or end another's.
+fn holder(caller: &Caller, extensions: &axum::http::Extensions) -> String {
+    match (caller, crate::serve::peer(extensions)) {
+        (Caller::Anonymous, Some(ip)) => format!("anonymous@{ip}"),
+        _ => caller.actor(),
+    }
+}
+
 /// Origin and credential: who is calling, or the refusal.
 fn gate(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
     if !origin_allowed(headers, &state.inner.base) {
@@ -134,7 +143,12 @@ fn not_acceptable(wanted: &str) -> Response {
 }
 
 /// The session a request names, and a protocol version header that agrees with it.
-fn session_of(state: &AppState, headers: &HeaderMap, id: &Json) -> Result<Arc<Session>, Refusal> {
+fn session_of(
+    state: &AppState,
+    headers: &HeaderMap,
+    holder: &str,
+    id: &Json,
+) -> Result<Arc<Session>, Refusal> {
     let Some(sid) = headers.get(SESSION_HEADER) else {
         return Err(Refusal::new(
             id,
@@ -149,7 +163,7 @@ fn session_of(state: &AppState, headers: &HeaderMap, id: &Json) -> Result<Arc<Se
     let session = sid
         .to_str()
         .ok()
-        .and_then(|sid| state.inner.mcp.session(sid))
+        .and_then(|sid| state.inner.mcp.session(sid, holder))
         .ok_or_else(|| {
             Refusal::new(
                 id,
@@ -197,6 +211,7 @@ pub async fn post(State(state): State<AppState>, headers: HeaderMap, req: Reques
         Ok(c) => c,
         Err(r) => return r.into_response(),
     };
+    let holder = holder(&caller, req.extensions());
     if !accepts(&headers, "application/json") {
         return not_acceptable("application/json");
     }
@@ -222,7 +237,18 @@ pub async fn post(State(state): State<AppState>, headers: HeaderMap, req: Reques
         return match initialize(&state, params.as_ref()) {
             Ok((version, result)) => {
                 let known = state.inner.mcp.tools(&state.live()).digest.clone();
-                let (sid, _) = state.inner.mcp.open_session(version, known);
+                let Some((sid, _)) = state.inner.mcp.open_session(&holder, version, known) else {
+                    return refuse(
+                        id,
+                        ApiError::new(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "saturated",
+                            "this dispatcher holds as many MCP sessions as it keeps",
+                            "try again later, or end sessions you no longer use (DELETE /mcp)",
+                        )
+                        .retry_after(5),
+                    );
+                };
                 let mut response = json_response(
                     StatusCode::OK,
                     &json!({"jsonrpc": "2.0", "id": id, "result": result}),
@@ -239,7 +265,7 @@ pub async fn post(State(state): State<AppState>, headers: HeaderMap, req: Reques
         Message::Request { id, .. } => id.clone(),
         _ => Json::Null,
     };
-    let session = match session_of(&state, &headers, &id) {
+    let session = match session_of(&state, &headers, &holder, &id) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -281,14 +307,20 @@ impl Listening {
 }
 
 /// `GET /mcp`: the session's stream of server messages (today: tools/list_changed).
-pub async fn open_stream(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(r) = gate(&state, &headers) {
-        return r.into_response();
-    }
+pub async fn open_stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let caller = match gate(&state, &headers) {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
     if !accepts(&headers, "text/event-stream") {
         return not_acceptable("text/event-stream");
     }
-    let session = match session_of(&state, &headers, &Json::Null) {
+    let holder = holder(&caller, req.extensions());
+    let session = match session_of(&state, &headers, &holder, &Json::Null) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
@@ -307,10 +339,16 @@ pub async fn open_stream(State(state): State<AppState>, headers: HeaderMap) -> R
 }
 
 /// `DELETE /mcp`: end the session.
-pub async fn end_session(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(r) = gate(&state, &headers) {
-        return r.into_response();
-    }
+pub async fn end_session(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    req: Request,
+) -> Response {
+    let caller = match gate(&state, &headers) {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    let holder = holder(&caller, req.extensions());
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return refuse(
             &Json::Null,
@@ -322,7 +360,7 @@ pub async fn end_session(State(state): State<AppState>, headers: HeaderMap) -> R
             ),
         );
     };
-    if state.inner.mcp.end_session(sid) {
+    if state.inner.mcp.end_session(sid, &holder) {
         StatusCode::NO_CONTENT.into_response()
     } else {
         refuse(

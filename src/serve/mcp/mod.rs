@@ -37,8 +37,12 @@ pub const DEFAULT_PAGE_SIZE: usize = 100;
 /// A session unused for this long is forgotten (its id then answers 404).
 const SESSION_IDLE: Duration = Duration::from_secs(60 * 60);
 
-/// At most this many HTTP sessions are kept; the least recently used goes first.
+/// At most this many HTTP sessions are kept: idle ones are dropped to make room, and past it a
+/// new session is refused (503) rather than one taken from another holder.
 const MAX_SESSIONS: usize = 10_000;
+
+/// Sessions one holder (a credential; anonymous callers per address) may keep open at once.
+const MAX_SESSIONS_PER_HOLDER: usize = 64;
 
 /// Which view of the catalogue the tools are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,10 +164,32 @@ impl Endpoint {
     }
 
     /// Start a session after `initialize`; its id is random and unguessable.
-    fn open_session(&self, version: &str, known: String) -> (String, Arc<Session>) {
+    /// A new session for `holder` (who opened it, as `Caller::actor` names callers). Each
+    /// holder keeps at most `MAX_SESSIONS_PER_HOLDER`: past that its own longest-idle session
+    /// ends, never another holder's. When the whole table is full of sessions in use, the new
+    /// one is refused (`None`) rather than taken from someone else.
+    fn open_session(
+        &self,
+        holder: &str,
+        version: &str,
+        known: String,
+    ) -> Option<(String, Arc<Session>)> {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let session = Arc::new(Session::new(version, known));
+        let session = Arc::new(Session::new(holder, version, known));
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let held: Vec<(&String, &Arc<Session>)> = sessions
+            .iter()
+            .filter(|(_, s)| s.holder == holder)
+            .collect();
+        if held.len() >= MAX_SESSIONS_PER_HOLDER
+            && let Some(oldest) = held
+                .iter()
+                .max_by_key(|(_, s)| s.idle())
+                .map(|(k, _)| (*k).clone())
+            && let Some(s) = sessions.remove(&oldest)
+        {
+            s.close_stream();
+        }
         if sessions.len() >= MAX_SESSIONS {
             sessions.retain(|_, s| {
                 let keep = s.idle() < SESSION_IDLE;
@@ -173,23 +199,19 @@ impl Endpoint {
                 keep
             });
         }
-        if sessions.len() >= MAX_SESSIONS
-            && let Some(oldest) = sessions
-                .iter()
-                .max_by_key(|(_, s)| s.idle())
-                .map(|(k, _)| k.clone())
-            && let Some(s) = sessions.remove(&oldest)
-        {
-            s.close_stream();
+        if sessions.len() >= MAX_SESSIONS {
+            return None;
         }
         sessions.insert(id.clone(), session.clone());
-        (id, session)
+        Some((id, session))
     }
 
-    /// The live session with this id, touched.
-    fn session(&self, id: &str) -> Option<Arc<Session>> {
+    /// The live session with this id, touched, if `holder` opened it: a session id is no
+    /// credential, and one caller cannot use (or end) another's session.
+    fn session(&self, id: &str, holder: &str) -> Option<Arc<Session>> {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         match sessions.get(id) {
+            Some(s) if s.holder != holder => None,
             Some(s) if s.idle() < SESSION_IDLE => {
                 s.touch();
                 Some(s.clone())
@@ -204,18 +226,19 @@ impl Endpoint {
         }
     }
 
-    fn end_session(&self, id: &str) -> bool {
-        let ended = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
-        ended.map(|s| s.close_stream()).is_some()
+    fn end_session(&self, id: &str, holder: &str) -> bool {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions.get(id).is_none_or(|s| s.holder != holder) {
+            return false;
+        }
+        sessions.remove(id).map(|s| s.close_stream()).is_some()
     }
 }
 
 /// One client's session: the negotiated version, and the tool list it has seen.
 pub struct Session {
+    /// Who opened it (`Caller::actor`, with the peer address for anonymous callers).
+    holder: String,
     pub version: String,
     /// Digest of the tool list the client last saw (at `initialize` or `tools/list`).
     known: Mutex<String>,
@@ -226,8 +249,9 @@ pub struct Session {
 }
 
 impl Session {
-    fn new(version: &str, known: String) -> Session {
+    fn new(holder: &str, version: &str, known: String) -> Session {
         Session {
+            holder: holder.to_string(),
             version: version.to_string(),
             known: Mutex::new(known),
             last_seen: Mutex::new(Instant::now()),

@@ -71,7 +71,7 @@ where
             match initialize(&state, params.as_ref()) {
                 Ok((version, result)) => {
                     let known = state.inner.mcp.tools(&state.live()).digest.clone();
-                    let s = Arc::new(Session::new(version, known));
+                    let s = Arc::new(Session::new("stdio", version, known));
                     let _ = out.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
                     watcher = Some(tokio::spawn(watch_tools(
                         state.clone(),
