@@ -140,6 +140,7 @@ fn token(keys: &[&str], risk: Risk, pin: Option<String>) -> String {
         pin,
         body: None,
         max_payload: None,
+        credentials: vec![],
     };
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }

@@ -156,6 +156,7 @@ fn claims(keys: &[&str], risk: Risk, exp_in: i64) -> Claims {
         pin: None,
         body: None,
         max_payload: None,
+        credentials: vec![],
     }
 }
 

@@ -400,6 +400,7 @@ fn claims(id: &str) -> Claims {
         pin: None,
         body: Some("fixed \"body\"".into()),
         max_payload: None,
+        credentials: vec![],
     }
 }
 

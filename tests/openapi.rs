@@ -201,6 +201,7 @@ async fn the_document_describes_every_route_and_answer() {
         pin: None,
         body: None,
         max_payload: Some(8),
+        credentials: vec![],
     };
     let tok = TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims);
 

@@ -181,6 +181,7 @@ fn claims(keys: &[&str]) -> Claims {
         pin: None,
         body: None,
         max_payload: None,
+        credentials: vec![],
     }
 }
 

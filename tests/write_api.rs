@@ -207,6 +207,7 @@ fn token(write: &[&str], keys: &[&str]) -> String {
         pin: None,
         body: None,
         max_payload: None,
+        credentials: vec![],
     };
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }

@@ -258,6 +258,7 @@ mod tests {
             pin: None,
             body: None,
             max_payload: None,
+            credentials: vec![],
         }))
     }
 

@@ -91,6 +91,11 @@ pub struct Claims {
     /// The largest input the token may send, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_payload: Option<u64>,
+    /// Credentials (environment-variable names) the token's writes may bring into a row,
+    /// change a row to, or keep while changing where the row sends them. Without one named
+    /// here, a write scope never decides where a secret goes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
 }
 
 impl Claims {
@@ -470,6 +475,16 @@ pub struct WriteTarget<'a> {
     /// Whether the row after the write starts a command on the dispatcher's machine (an MCP
     /// server over stdio): only the owner may write such a row.
     pub runs_command: bool,
+    /// The credential the row sends, and where, before the write and after it.
+    pub sends: [Option<Sends>; 2],
+}
+
+/// A row's credential as far as a write may change it: the variables it names and where it
+/// sends them (an origin, `stdio:COMMAND`, or `model:TARGET`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sends {
+    pub envs: Vec<String>,
+    pub to: String,
 }
 
 /// Whether `claims` allow writing a row: its key is in the token's write scope, or its
@@ -527,6 +542,31 @@ pub fn check_write(claims: &Claims, target: &WriteTarget) -> Result<(), Refusal>
             ),
         );
     }
+    // Where a secret goes is the owner's to decide: a write that brings a credential in,
+    // swaps it, or moves where it goes needs the credential named in the token.
+    if let [before, Some(after)] = &target.sends
+        && before.as_ref() != Some(after)
+    {
+        let missing: Vec<&str> = after
+            .envs
+            .iter()
+            .filter(|e| !claims.credentials.contains(e))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return refuse(
+                Reason::Scope,
+                format!(
+                    "token {} may not decide where {} goes ({} → {}): a write that brings in a credential, changes it or changes where it is sent needs a token minted with --credentials {}",
+                    claims.id,
+                    missing.join(", "),
+                    before.as_ref().map_or("none", |b| b.to.as_str()),
+                    after.to,
+                    missing.join(",")
+                ),
+            );
+        }
+    }
     Ok(())
 }
 
@@ -555,6 +595,7 @@ mod tests {
             pin: None,
             body: None,
             max_payload: None,
+            credentials: vec![],
         }
     }
 
@@ -583,6 +624,7 @@ mod tests {
             ..claims()
         };
         let target = |key, before, after, sensitive| WriteTarget {
+            sends: [None, None],
             runs_command: false,
             key,
             categories: [before, after],
@@ -591,6 +633,7 @@ mod tests {
         assert!(check_write(&c, &target("KEEP", None, Some("other"), false)).is_ok());
         // A row that starts a command on the dispatcher's machine: the owner's alone.
         let stdio = WriteTarget {
+            sends: [None, None],
             runs_command: true,
             ..target("KEEP", None, Some("text"), false)
         };

@@ -191,6 +191,9 @@ impl Built {
             return Ok(Opened::Full("the site's snapshot does not read".into()));
         };
         let checked = super::read_checked(&opts.catalogue)?;
+        if super::site_bindings(out) != checked.bindings {
+            return Ok(Opened::Full("the credential bindings changed".into()));
+        }
         let history = history::read_cached(
             &opts.catalogue,
             Some(&out.join(HISTORY_CACHE)),

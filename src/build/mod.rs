@@ -148,12 +148,34 @@ pub(crate) fn read_checked(catalogue: &Path) -> Result<crate::check::Checked, Bu
     Ok(checked)
 }
 
+/// The site's copy of the catalogue's credential bindings: what the dispatcher enforces on
+/// the wire, and what the site publishes of where each credential may go.
+pub const BINDINGS_JSON: &str = "bindings.json";
+
+fn write_bindings(site: &Path, bindings: &crate::row::binding::Bindings) -> Result<()> {
+    std::fs::write(
+        site.join(BINDINGS_JSON),
+        serde_json::to_string_pretty(bindings)? + "\n",
+    )
+    .with_context(|| format!("writing {BINDINGS_JSON}"))
+}
+
+/// The bindings a built site carries. A site without them (built by an older capdir), or
+/// with a file that does not read, binds nothing: no credential goes anywhere.
+pub fn site_bindings(site: &Path) -> crate::row::binding::Bindings {
+    std::fs::read(site.join(BINDINGS_JSON))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
 /// Tombstones for row files the history saw deleted and the catalogue no longer has.
 pub fn tombstones(history: &History, rows: &[Row], urls: &Urls) -> Vec<Tombstone> {
     let live: std::collections::HashSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
     history
         .files
         .iter()
+        .filter(|(file, _)| file.as_str() != crate::row::binding::FILE)
         .filter_map(|(file, changes)| {
             let key = Path::new(file).file_stem()?.to_str()?;
             if live.contains(key) {
@@ -193,6 +215,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     );
     steps.done("check", format!("{} rows", checked.rows.len()))?;
 
+    let bindings = checked.bindings;
     let all_rows = checked.rows;
     let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
     let tmp = temp_dir_beside(&opts.out)?;
@@ -231,6 +254,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             };
             let enabled: Vec<&Row> = enabled.iter().collect();
             site::write_projections(&tmp, &enabled, &common, &urls, &categories, &prints)?;
+            write_bindings(&tmp, &bindings)?;
             Ok(started.elapsed())
         });
         let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;

@@ -9,6 +9,7 @@ pub mod scaffold;
 pub mod secrets;
 
 use crate::row::args::{self, ArgSchema};
+use crate::row::binding::Bindings;
 use crate::row::builtins;
 use crate::row::call;
 use crate::row::catalogue::SourceFile;
@@ -25,6 +26,8 @@ use std::path::Path;
 #[derive(Debug, Default)]
 pub struct Checked {
     pub rows: Vec<Row>,
+    /// The catalogue's credential bindings (`bindings.yaml`; none: no credential may be used).
+    pub bindings: Bindings,
     pub diags: Vec<Diagnostic>,
     pub files: usize,
 }
@@ -35,8 +38,123 @@ impl Checked {
     }
 }
 
-/// Parse and check every file, on all cores; rows come back sorted by key.
+/// Parse and check every file, on all cores; rows come back sorted by key. The bindings
+/// file among them (`bindings.yaml`) is read as the bindings, and every row's credential is
+/// judged against it.
 pub fn check_files(files: &[SourceFile]) -> Checked {
+    let (binding_files, files): (Vec<&SourceFile>, Vec<&SourceFile>) = files
+        .iter()
+        .partition(|f| f.file_name() == crate::row::binding::FILE);
+    let files: Vec<SourceFile> = files.into_iter().cloned().collect();
+    let (bindings, mut binding_diags) = read_bindings(binding_files.first().copied());
+    let mut out = check_row_files(&files);
+    let rows: Vec<&Row> = out.rows.iter().collect();
+    binding_diags.extend(check_bindings(&rows, &bindings));
+    out.diags.extend(binding_diags);
+    crate::row::diag::sort(&mut out.diags);
+    out.bindings = bindings;
+    out
+}
+
+/// The bindings a catalogue's `bindings.yaml` declares (none when it has none), and what is
+/// wrong with the file: it does not parse, or names a reserved variable, a bad origin or a
+/// bad method.
+pub fn read_bindings(file: Option<&SourceFile>) -> (Bindings, Vec<Diagnostic>) {
+    let Some(file) = file else {
+        return (Bindings::default(), Vec::new());
+    };
+    let bindings = match Bindings::parse(&file.bytes) {
+        Ok(b) => b,
+        Err(e) => {
+            let d = Diagnostic::error(
+                &file.path,
+                (e.line, e.col),
+                "bad_bindings",
+                format!("the bindings do not read: {}", e.message),
+                "write `credentials:` then, per variable, `origins:` (and optionally `methods:`, `keys:`, `categories:`)",
+            );
+            return (Bindings::default(), vec![d]);
+        }
+    };
+    let text = String::from_utf8_lossy(&file.bytes);
+    let line_of = |env: &str| {
+        text.lines()
+            .position(|l| l.trim_start().starts_with(&format!("{env}:")))
+            .map_or(1, |i| i + 1)
+    };
+    let diags = bindings
+        .problems()
+        .into_iter()
+        .map(|(env, message)| {
+            let code = if crate::row::binding::is_reserved(&env) {
+                "reserved_credential"
+            } else {
+                "bad_bindings"
+            };
+            Diagnostic::error(
+                &file.path,
+                (line_of(&env), 3),
+                code,
+                message,
+                "bind only the upstreams' credentials, each to the https:// origins it belongs to",
+            )
+        })
+        .collect();
+    (bindings, diags)
+}
+
+/// Every row's credential against the bindings: each variable it names is bound, not the
+/// dispatcher's own, to the origin its target calls (the path is judged on the wire, once
+/// its slots are filled), with its method, for this row.
+pub fn check_bindings(rows: &[&Row], bindings: &Bindings) -> Vec<Diagnostic> {
+    use crate::row::binding::{Destination, destination_of};
+    let mut d = Vec::new();
+    for row in rows {
+        let Ok(Some(credential)) = Credential::parse(&row.auth) else {
+            continue;
+        };
+        let Some(destination) = destination_of(row) else {
+            continue;
+        };
+        for env in credential.envs() {
+            let judged = match &destination {
+                Destination::Http { origin, method } => {
+                    bindings.admit_origin(&env, origin, method, &row.key, &row.category)
+                }
+                Destination::Stdio => bindings.admit_stdio(&env, &row.key, &row.category),
+                Destination::Model => bindings
+                    .binding_for(&env, &row.key, &row.category)
+                    .map(|_| ()),
+            };
+            if let Err(refusal) = judged {
+                let help = match refusal.code {
+                    "reserved_credential" => {
+                        "a row may never use the dispatcher's own variables (CAPDIR_*); name the upstream's credential".to_string()
+                    }
+                    "unbound_credential" => format!(
+                        "add `{env}` to catalogue/{} with the origins it belongs to (the owner reviews that file)",
+                        crate::row::binding::FILE
+                    ),
+                    _ => format!(
+                        "point the row at an origin `{env}` is bound to, or ask the owner to bind it (catalogue/{})",
+                        crate::row::binding::FILE
+                    ),
+                };
+                d.push(Diagnostic::error(
+                    &row.path,
+                    row.spans.value("auth"),
+                    refusal.code,
+                    format!("`{}`: {}", row.key, refusal.message),
+                    help,
+                ));
+            }
+        }
+    }
+    d
+}
+
+/// `check_files` of row files alone.
+fn check_row_files(files: &[SourceFile]) -> Checked {
     let workers = crate::cores().min(8);
     // Small catalogues are not worth a thread.
     let chunk = files.len().div_ceil(workers).max(256);
@@ -709,6 +827,63 @@ pub fn against_base(current: &[SourceFile], checked: &mut Checked, base: &[Sourc
     demote_legacy(&mut checked.diags, &base_checked.diags, &|file| {
         base_bytes.get(file) == current_bytes.get(file)
     });
+    checked.diags.extend(bindings_changed(
+        &base_checked.bindings,
+        &checked.bindings,
+        current,
+    ));
+}
+
+/// A change to the bindings is a review item of its own: which credential may now go where
+/// (or no longer), one warning per credential that changed.
+fn bindings_changed(base: &Bindings, now: &Bindings, current: &[SourceFile]) -> Vec<Diagnostic> {
+    let path = current
+        .iter()
+        .find(|f| f.file_name() == crate::row::binding::FILE)
+        .map(|f| f.path.clone())
+        .unwrap_or_else(|| Path::new(crate::row::binding::FILE).to_path_buf());
+    let names: std::collections::BTreeSet<&String> = base
+        .credentials
+        .keys()
+        .chain(now.credentials.keys())
+        .collect();
+    let show = |b: Option<&crate::row::binding::Binding>| match b {
+        None => "unbound".to_string(),
+        Some(b) => {
+            let mut s = b.origins.join(", ");
+            if !b.methods.is_empty() {
+                s.push_str(&format!(" ({})", b.methods.join(", ")));
+            }
+            if !b.keys.is_empty() || !b.categories.is_empty() {
+                let rows: Vec<String> = b
+                    .keys
+                    .iter()
+                    .cloned()
+                    .chain(b.categories.iter().map(|c| format!("category {c}")))
+                    .collect();
+                s.push_str(&format!(" for {}", rows.join(", ")));
+            }
+            s
+        }
+    };
+    names
+        .into_iter()
+        .filter(|env| base.credentials.get(*env) != now.credentials.get(*env))
+        .map(|env| {
+            Diagnostic::error(
+                &path,
+                (1, 1),
+                "bindings_changed",
+                format!(
+                    "credential `{env}` goes to: {} → {}",
+                    show(base.credentials.get(env)),
+                    show(now.credentials.get(env))
+                ),
+                "a reviewer who owns the bindings approves where the dispatcher's secrets may go",
+            )
+            .warning()
+        })
+        .collect()
 }
 
 /// The base rule over diagnostics already found: an error in a file that had errors at the
@@ -781,6 +956,7 @@ pub fn check_change(
     change: FileChange,
     searchers: (&crate::search::Searcher, &crate::search::Searcher),
     base_across: Option<&[Diagnostic]>,
+    bindings: &Bindings,
 ) -> ChangeChecked {
     let file_of = |r: &Row| r.path.file_name().map(|n| n.to_owned());
     let changed_name = change.path.file_name().map(|n| n.to_owned());
@@ -792,6 +968,9 @@ pub fn check_change(
             path: change.path.to_path_buf(),
             bytes: bytes.to_vec(),
         });
+        if let Some(r) = &row {
+            diags.extend(check_bindings(&[r], bindings));
+        }
         if let Some(r) = &row
             && !diags.iter().any(Diagnostic::is_error)
         {

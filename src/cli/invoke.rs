@@ -31,6 +31,8 @@ pub(super) struct Args {
     /// With a `postgres://` ledger, breaker state is shared with the dispatchers there.
     #[arg(long, env = "CAPDIR_LEDGER", hide_env_values = true)]
     ledger: Option<String>,
+    #[command(flatten)]
+    egress: super::EgressArgs,
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -48,11 +50,19 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         (body, None) => Input::Body(body.unwrap_or_default()),
     };
-    let rows = match &a.site {
-        Some(site) => RowSet::from_site(site)?,
-        None => RowSet::from_dir(&a.catalogue)?,
+    let (rows, bindings) = match &a.site {
+        Some(site) => (RowSet::from_site(site)?, crate::build::site_bindings(site)),
+        None => {
+            let bindings = std::fs::read(a.catalogue.join(crate::row::binding::FILE))
+                .ok()
+                .and_then(|b| crate::row::binding::Bindings::parse(&b).ok())
+                .unwrap_or_default();
+            (RowSet::from_dir(&a.catalogue)?, bindings)
+        }
     };
-    let config = InvokerConfig::from_env(breaker).map_err(anyhow::Error::msg)?;
+    let mut config = InvokerConfig::from_env(breaker).map_err(anyhow::Error::msg)?;
+    config.bindings = std::sync::Arc::new(bindings);
+    a.egress.apply(&mut config)?;
     let invoker = Invoker::new(rows, config).map_err(anyhow::Error::msg)?;
     let outcome = super::current_thread()?.block_on(invoker.invoke(&a.key, input));
     let mut text = if a.json {

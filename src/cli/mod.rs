@@ -164,3 +164,41 @@ fn current_thread() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()?)
 }
+
+/// Where rows' requests may go, for `serve` and `invoke`.
+#[derive(clap::Args, Clone)]
+pub(super) struct EgressArgs {
+    /// Addresses beyond the public internet rows may reach: `loopback`, `private`,
+    /// `link-local`, networks like `10.1.0.0/16`, comma-separated (default: none).
+    #[arg(long, value_name = "LIST", env = "CAPDIR_ALLOW_EGRESS", default_value = "none", value_parser = crate::invoke::egress::Egress::parse)]
+    allow_egress: crate::invoke::egress::Egress,
+    /// An operator's bindings file (the format of catalogue/bindings.yaml) that narrows the
+    /// catalogue's: a credential goes only where both allow.
+    #[arg(long, value_name = "FILE")]
+    bindings: Option<std::path::PathBuf>,
+}
+
+impl EgressArgs {
+    /// `config` with the egress policy and the operator's narrowing applied.
+    pub(super) fn apply(&self, config: &mut crate::invoke::InvokerConfig) -> anyhow::Result<()> {
+        config.egress = self.allow_egress.clone();
+        if let Some(path) = &self.bindings {
+            let bytes = std::fs::read(path)
+                .map_err(|e| anyhow::anyhow!("--bindings {}: {e}", path.display()))?;
+            let narrowing = crate::row::binding::Bindings::parse(&bytes).map_err(|e| {
+                anyhow::anyhow!(
+                    "--bindings {}:{}:{}: {}",
+                    path.display(),
+                    e.line,
+                    e.col,
+                    e.message
+                )
+            })?;
+            if let Some((env, problem)) = narrowing.problems().into_iter().next() {
+                anyhow::bail!("--bindings {}: {env}: {problem}", path.display());
+            }
+            config.narrowing = Some(std::sync::Arc::new(narrowing));
+        }
+        Ok(())
+    }
+}

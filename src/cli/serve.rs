@@ -58,6 +58,8 @@ pub(super) struct Args {
     write: Option<crate::write::Mode>,
     #[command(flatten)]
     limits: Limits,
+    #[command(flatten)]
+    egress: super::EgressArgs,
 }
 
 /// The dispatcher's limits.
@@ -162,6 +164,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         limits,
         follow,
         follow_interval,
+        egress,
         ..
     } = a;
     crate::serve::ledger_outside_site(&site, &ledger.url)?;
@@ -205,6 +208,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         let mut settings = settings(&site, &ledger.url, base_url, data.clone(), options).await?;
         let (token_key, key_source) =
             crate::access::token::TokenKey::load(&crate::invoke::breaker::data_dir(data))?;
+        egress.apply(&mut settings.config)?;
         let config = &mut settings.config;
         if let Some(secs) = limits.upstream_timeout {
             config.http.timeout = std::time::Duration::from_secs(secs);

@@ -117,6 +117,10 @@ pub struct Request {
     /// The largest input the token may send, in bytes.
     #[arg(long, value_name = "BYTES")]
     pub max_payload: Option<u64>,
+    /// Credentials (variable names, comma-separated) the token's writes may bring into a row
+    /// or keep while changing where it sends them; the bindings still decide where they go.
+    #[arg(long, value_delimiter = ',', value_name = "ENV")]
+    pub credentials: Vec<String>,
 }
 
 /// A minted token and its claims.
@@ -164,6 +168,18 @@ pub async fn mint(
     let keys: Vec<String> = clean(&req.keys);
     let categories: Vec<String> = clean(&req.categories);
     let write: Vec<String> = clean(&req.write);
+    let credentials: Vec<String> = clean(&req.credentials);
+    if let Some(bad) = credentials
+        .iter()
+        .find(|c| !crate::row::credential::is_env_name(c))
+    {
+        bail!(
+            "--credentials takes environment-variable names (`GITHUB_TOKEN`); `{bad}` is not one"
+        );
+    }
+    if !credentials.is_empty() && write.is_empty() {
+        bail!("--credentials widens a write scope: give --write too");
+    }
     if keys.is_empty() && categories.is_empty() && write.is_empty() {
         bail!("a token needs a scope: --keys A,B, --categories x,y and/or --write A,x");
     }
@@ -222,6 +238,7 @@ pub async fn mint(
         pin,
         body: req.fixed_body.clone(),
         max_payload: req.max_payload,
+        credentials,
     };
     let token = key.sign(&claims);
     ledger.record_token(&claims).await?;

@@ -71,6 +71,7 @@ impl Live {
         let rows = RowSet::from_rows(snap.rows.into_iter().filter(|r| r.enabled).collect());
         let config = InvokerConfig {
             search: Some(searcher.clone()),
+            bindings: std::sync::Arc::new(crate::build::site_bindings(site)),
             ..config.clone()
         };
         let invoker = Invoker::new(rows, config).map_err(anyhow::Error::msg)?;

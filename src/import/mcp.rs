@@ -21,6 +21,7 @@
 //! would make a failing row is reported and left out.
 
 use crate::check;
+use crate::invoke::egress::Egress;
 use crate::invoke::outcome::Failure;
 use crate::invoke::runner::Environment;
 use crate::invoke::runner::mcp::client::{Connection, ServerInfo};
@@ -168,7 +169,8 @@ async fn list(options: &Options) -> Result<(Vec<ToolSpec>, ServerInfo), ImportEr
     let credential = Credential::parse(&options.auth).ok().flatten();
     let (endpoint, _secrets) =
         endpoint(&options.server, credential.as_ref(), &Environment::Process).map_err(fail)?;
-    let connection = Connection::open(&endpoint, options.timeout)
+    // The operator names the server on its own command line: any address it gives is its own.
+    let connection = Connection::open(&endpoint, options.timeout, &Egress::unrestricted())
         .await
         .map_err(fail)?;
     let tools = connection.list_tools(options.timeout).await.map_err(fail)?;

@@ -8,6 +8,7 @@
 
 pub mod authority;
 pub mod breaker;
+pub mod egress;
 pub mod outcome;
 pub mod rowset;
 pub mod runner;
@@ -54,6 +55,13 @@ pub struct InvokerConfig {
     /// The build's search index, for an agent's `ask` meta tool; without it an agent that
     /// needs one indexes its own tools in memory.
     pub search: Option<Arc<crate::search::Searcher>>,
+    /// Where each credential may go (the catalogue's bindings, narrowed by the operator's):
+    /// none bound, none read.
+    pub bindings: Arc<crate::row::binding::Bindings>,
+    /// The operator's narrowing of every site's bindings (`serve --bindings FILE`).
+    pub narrowing: Option<Arc<crate::row::binding::Bindings>>,
+    /// Which addresses beyond the public internet rows may reach (`serve --allow-egress`).
+    pub egress: egress::Egress,
 }
 
 impl InvokerConfig {
@@ -67,6 +75,9 @@ impl InvokerConfig {
             breaker: Some(breaker),
             env: Environment::Process,
             search: None,
+            bindings: Arc::default(),
+            narrowing: None,
+            egress: egress::Egress::default(),
         })
     }
 }
@@ -77,6 +88,7 @@ struct Inner {
     breaker: Breaker,
     env: Environment,
     search: Option<Arc<crate::search::Searcher>>,
+    bindings: Arc<crate::row::binding::Bindings>,
 }
 
 /// Runs rows of one `RowSet`. Cheap to clone; share one per process.
@@ -98,11 +110,15 @@ impl Invoker {
     pub fn new(rows: RowSet, config: InvokerConfig) -> Result<Invoker, String> {
         let runners: Vec<Arc<dyn Runner>> = vec![
             Arc::new(FnRunner),
-            Arc::new(HttpRunner::new(config.http)?),
+            Arc::new(HttpRunner::new(config.http, config.egress.clone())?),
             Arc::new(AgentRunner::new(config.agent)?),
             Arc::new(FlowRunner),
-            Arc::new(McpRunner::new(config.mcp)),
+            Arc::new(McpRunner::new(config.mcp, config.egress.clone())),
         ];
+        let bindings = match &config.narrowing {
+            Some(n) => Arc::new(config.bindings.narrowed_by(n)),
+            None => config.bindings,
+        };
         Ok(Invoker {
             inner: Arc::new(Inner {
                 rows,
@@ -110,8 +126,14 @@ impl Invoker {
                 breaker: config.breaker.unwrap_or_else(Breaker::in_memory),
                 env: config.env,
                 search: config.search,
+                bindings,
             }),
         })
+    }
+
+    /// Where each credential may go, as this invoker enforces it.
+    pub fn bindings(&self) -> &crate::row::binding::Bindings {
+        &self.inner.bindings
     }
 
     pub fn rows(&self) -> &RowSet {
@@ -129,6 +151,7 @@ impl Invoker {
                 breaker: self.inner.breaker.clone(),
                 env: self.inner.env.clone(),
                 search,
+                bindings: self.inner.bindings.clone(),
             }),
         }
     }

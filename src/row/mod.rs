@@ -6,6 +6,7 @@
 //! (binary junk, huge files, odd YAML) makes this module panic.
 
 pub mod args;
+pub mod binding;
 pub mod builtins;
 pub mod call;
 pub mod catalogue;

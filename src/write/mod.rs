@@ -62,6 +62,7 @@ fn taken_asks(
                 categories: [Some(d.row.category.as_str()), Some(d.row.category.as_str())],
                 sensitive: d.row.sensitive,
                 runs_command: false,
+                sends: [None, None],
             };
             token::check_write(claims, &theirs).is_err()
         })
@@ -83,6 +84,31 @@ fn taken_asks(
             )
         })
         .collect()
+}
+
+/// What a row's credential is and where the row sends it, for the token gate of a write.
+fn sends_of(row: &Row) -> Option<token::Sends> {
+    use crate::row::binding::Destination;
+    let credential = crate::row::credential::Credential::parse(&row.auth).ok()??;
+    let to = match crate::row::binding::destination_of(row) {
+        Some(Destination::Http { origin, .. }) => origin.origin().ascii_serialization(),
+        Some(Destination::Stdio) => format!("stdio:{}", row.target.trim()),
+        Some(Destination::Model) | None => format!("model:{}", row.target.trim()),
+    };
+    Some(token::Sends {
+        envs: credential.envs(),
+        to,
+    })
+}
+
+/// The bindings in the catalogue's working tree (`bindings.yaml`), read at each write: the
+/// file may change between writes, by a pull request merged meanwhile. Unreadable bindings
+/// bind nothing.
+fn catalogue_bindings(catalogue: &std::path::Path) -> crate::row::binding::Bindings {
+    std::fs::read(catalogue.join(crate::row::binding::FILE))
+        .ok()
+        .and_then(|b| crate::row::binding::Bindings::parse(&b).ok())
+        .unwrap_or_default()
 }
 
 /// The longest commit message a request may give.
@@ -687,6 +713,16 @@ impl Writer {
                 ],
                 sensitive: sensitive || old.as_ref().is_some_and(|r| r.sensitive),
                 runs_command: fields.as_ref().is_some_and(body::runs_command),
+                sends: [
+                    old.as_ref().and_then(sends_of),
+                    after
+                        .as_ref()
+                        .and_then(|bytes| {
+                            crate::row::parse_row(std::path::Path::new(&name), bytes).row
+                        })
+                        .as_ref()
+                        .and_then(sends_of),
+                ],
             };
             if let Err(r) = token::check_write(claims, &target) {
                 return Ok(Outcome::Token(r));
@@ -751,6 +787,7 @@ impl Writer {
             },
             (&searchers.0, &searchers.1),
             built.across.as_deref(),
+            &catalogue_bindings(built.catalogue()),
         );
         let mut diagnostics = checked.diagnostics;
         if let Op::Delete {

@@ -609,8 +609,15 @@ impl AgentRunner {
         let mut admitted = None;
         // The row's own `auth: bearer:ENV` names the key its endpoint takes; else the
         // endpoint's configured one.
+        // The endpoint's own key is the operator's, bound to it by the provider table; a row's
+        // own key goes there only if the bindings say it may.
         let key_env = match Credential::parse(&call.callable.row.auth) {
-            Ok(Some(Credential::Bearer { env })) => env,
+            Ok(Some(c @ Credential::Bearer { .. })) => {
+                let to = url::Url::parse(&url)
+                    .map_err(|e| Failure::new("agent:bad_endpoint", format!("{url}: {e}")))?;
+                super::admit_credential(call, &c, Some((&to, "POST")))?;
+                c.envs().remove(0)
+            }
             _ => endpoint.key_env.clone(),
         };
         if !key_env.is_empty() {

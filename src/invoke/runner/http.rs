@@ -10,6 +10,7 @@ use super::{
     Call, Environment, Ran, RunFuture, Runner, USER_AGENT, fetch_reason, read_capped, scrub,
     truncate_chars,
 };
+use crate::invoke::egress::{Egress, Resolver};
 use crate::invoke::outcome::Failure;
 use crate::row::credential::{Credential, expand_env};
 use crate::row::target::HttpTarget;
@@ -46,10 +47,30 @@ impl Default for HttpConfig {
 pub struct HttpRunner {
     client: reqwest::Client,
     config: HttpConfig,
+    egress: Egress,
 }
 
 /// A client with the shared settings: user agent, timeouts, same-origin redirects only.
 pub fn client(connect_timeout: Duration, timeout: Duration) -> Result<reqwest::Client, String> {
+    builder(connect_timeout, timeout)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// `client` for rows' requests: names resolved through the egress policy, so no request of a
+/// row connects to an address the operator did not allow.
+pub fn row_client(
+    connect_timeout: Duration,
+    timeout: Duration,
+    egress: &Egress,
+) -> Result<reqwest::Client, String> {
+    builder(connect_timeout, timeout)
+        .dns_resolver(Resolver::shared(egress))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+fn builder(connect_timeout: Duration, timeout: Duration) -> reqwest::ClientBuilder {
     let redirects = reqwest::redirect::Policy::custom(|attempt| {
         let same_origin = attempt
             .previous()
@@ -69,15 +90,14 @@ pub fn client(connect_timeout: Duration, timeout: Duration) -> Result<reqwest::C
         .connect_timeout(connect_timeout)
         .timeout(timeout)
         .redirect(redirects)
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
 impl HttpRunner {
-    pub fn new(config: HttpConfig) -> Result<HttpRunner, String> {
+    pub fn new(config: HttpConfig, egress: Egress) -> Result<HttpRunner, String> {
         Ok(HttpRunner {
-            client: client(config.connect_timeout, config.timeout)?,
+            client: row_client(config.connect_timeout, config.timeout, &egress)?,
             config,
+            egress,
         })
     }
 }
@@ -142,6 +162,8 @@ pub fn prepare(call: &Call<'_>) -> Result<Prepared, Failure> {
     let mut headers = HeaderMap::new();
     let mut secrets = Vec::new();
     if let Some(c) = credential {
+        // Bound first: a credential goes only where the owner bound it, or is never read.
+        super::admit_credential(call, c, Some((&url, method.as_str())))?;
         apply_credential(c, call.invoker.env(), &mut url, &mut headers, &mut secrets)?;
     }
 
@@ -273,6 +295,9 @@ pub(super) fn apply_credential(
 impl HttpRunner {
     async fn request(&self, call: Call<'_>) -> Result<Ran, Failure> {
         let p = prepare(&call)?;
+        self.egress
+            .check_url(&p.url)
+            .map_err(|why| Failure::new("egress:refused", why))?;
         let breaker = call.invoker.breaker();
         let admitted = match &p.credential_name {
             Some(name) => Some((name.as_str(), breaker.admit(name).await?)),
@@ -284,6 +309,9 @@ impl HttpRunner {
         }
         let cfg = &self.config;
         let mut resp = req.send().await.map_err(|e| {
+            if let Some(why) = crate::invoke::egress::refusal_in(&e) {
+                return Failure::new("egress:refused", why);
+            }
             Failure::new(
                 "http:fetch",
                 scrub(

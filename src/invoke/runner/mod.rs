@@ -146,6 +146,28 @@ pub async fn run_nested(
     o
 }
 
+/// Refuse a call before any secret is read unless every variable `credential` names is bound
+/// to where the row would send it: `to` the URL and method of a request, or none for a
+/// process the row starts (`env:`). `ERR:auth:CODE:ENV` names the refusal and the variable.
+pub fn admit_credential(
+    call: &Call<'_>,
+    credential: &crate::row::credential::Credential,
+    to: Option<(&url::Url, &str)>,
+) -> Result<(), Failure> {
+    let row = &call.callable.row;
+    let bindings = call.invoker.bindings();
+    for env in credential.envs() {
+        let judged = match to {
+            Some((url, method)) => bindings.admit(&env, url, method, &row.key, &row.category),
+            None => bindings.admit_stdio(&env, &row.key, &row.category),
+        };
+        judged.map_err(|r| {
+            Failure::new(format!("auth:{}", r.code), format!("{env}:{}", r.message))
+        })?;
+    }
+    Ok(())
+}
+
 /// Texts longer than this have their router tags found on a blocking thread, not on an
 /// async worker: a reply or a routed text may be megabytes, and the scan, linear as it is,
 /// should not hold up other requests meanwhile.

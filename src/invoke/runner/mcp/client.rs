@@ -103,12 +103,19 @@ fn client_config() -> ClientConfig {
 
 impl Connection {
     /// Start or reach the server and finish `initialize` within `timeout`.
-    pub async fn open(endpoint: &Endpoint, timeout: Duration) -> Result<Connection, Failure> {
+    /// A server over HTTP is reached only at an address `egress` allows.
+    pub async fn open(
+        endpoint: &Endpoint,
+        timeout: Duration,
+        egress: &crate::invoke::egress::Egress,
+    ) -> Result<Connection, Failure> {
         match endpoint {
             Endpoint::Stdio { command, args, env } => {
                 Connection::spawn(command, args, env, timeout).await
             }
-            Endpoint::Http { url, headers } => Connection::reach(url, headers, timeout).await,
+            Endpoint::Http { url, headers } => {
+                Connection::reach(url, headers, timeout, egress).await
+            }
         }
     }
 
@@ -164,9 +171,16 @@ impl Connection {
         url: &str,
         headers: &HeaderMap,
         timeout: Duration,
+        egress: &crate::invoke::egress::Egress,
     ) -> Result<Connection, Failure> {
+        let parsed = url::Url::parse(url)
+            .map_err(|e| Failure::new("mcp:bad_target", format!("{url}: {e}")))?;
+        egress
+            .check_url(&parsed)
+            .map_err(|why| Failure::new("egress:refused", why))?;
         let client = reqwest::Client::builder()
             .user_agent(USER_AGENT)
+            .dns_resolver(crate::invoke::egress::Resolver::shared(egress))
             .connect_timeout(timeout)
             // A credential in a header must not follow a redirect to another host.
             .redirect(reqwest::redirect::Policy::none())

@@ -80,9 +80,9 @@ pub struct McpRunner {
 }
 
 impl McpRunner {
-    pub fn new(config: McpConfig) -> McpRunner {
+    pub fn new(config: McpConfig, egress: crate::invoke::egress::Egress) -> McpRunner {
         McpRunner {
-            sessions: Sessions::new(config.max_sessions, config.idle),
+            sessions: Sessions::new(config.max_sessions, config.idle, egress),
             config,
         }
     }
@@ -129,6 +129,17 @@ impl McpRunner {
             }
             Err(e) => return Err(Failure::new("auth:bad", &e.message)),
         };
+        if let Some(c) = credential {
+            // Bound first: a credential goes only where the owner bound it, or is never read.
+            match &target.server {
+                McpServer::Stdio { .. } => super::admit_credential(&call, c, None)?,
+                McpServer::Http { url } => {
+                    let url = url::Url::parse(url)
+                        .map_err(|e| Failure::new("mcp:bad_target", format!("{url}: {e}")))?;
+                    super::admit_credential(&call, c, Some((&url, "POST")))?;
+                }
+            }
+        }
         let (endpoint, secrets) = endpoint(&target.server, credential, call.invoker.env())?;
         let arguments = arguments(&call)?;
         let cfg = &self.config;

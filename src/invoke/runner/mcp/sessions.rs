@@ -28,14 +28,17 @@ pub struct Sessions {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     max: usize,
     idle: Duration,
+    /// Which addresses a server reached over HTTP may be at.
+    egress: crate::invoke::egress::Egress,
 }
 
 impl Sessions {
-    pub fn new(max: usize, idle: Duration) -> Sessions {
+    pub fn new(max: usize, idle: Duration, egress: crate::invoke::egress::Egress) -> Sessions {
         Sessions {
             slots: Mutex::new(HashMap::new()),
             max: max.max(1),
             idle,
+            egress,
         }
     }
 
@@ -62,7 +65,7 @@ impl Sessions {
         }
         // A dead session is dropped (and its process group killed) before a new one starts.
         *held = None;
-        let opened = Arc::new(Connection::open(endpoint, timeout).await?);
+        let opened = Arc::new(Connection::open(endpoint, timeout, &self.egress).await?);
         *held = Some(opened.clone());
         Ok(opened)
     }
