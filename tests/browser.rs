@@ -49,7 +49,12 @@ fn require_browser_tools() -> PathBuf {
 /// disabled; the remote is an scp-style address so commit links come from `origin`.
 fn catalogue() -> Repo {
     let r = Repo::new();
-    for f in ["GOOD_ECHO.yaml", "GOOD_NOW.yaml", "GOOD_HTTP_ITEM.yaml"] {
+    for f in [
+        "GOOD_ECHO.yaml",
+        "GOOD_NOW.yaml",
+        "GOOD_HTTP_ITEM.yaml",
+        "bindings.yaml",
+    ] {
         r.write(f, &fixture(&format!("good/{f}")));
     }
     let bundled = manifest().join("catalogue");

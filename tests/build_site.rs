@@ -46,6 +46,9 @@ fn repo() -> Repo {
         &fn_row("RETIRED_ROW", "text", "Disabled.")
             .replace("category: text\n", "category: text\nenabled: false\n"),
     );
+    // GOOD_HTTP_ITEM's credential, bound in the last commit (so the snapshotted rows'
+    // histories, and their commits' hashes, are those of the rows alone).
+    r.write("bindings.yaml", &fixture("good/bindings.yaml"));
     r.commit("Add a test row and a disabled row", "2024-05-01T10:00:00Z");
     r
 }
@@ -641,5 +644,136 @@ fn history_walked_with_a_helper_equals_history_walked_alone() {
             helped = helped.max(with.commits_helped);
         }
         assert!(helped > 0, "{layout}: the helper never took a part");
+    }
+}
+
+/// The bindings of [`credentials_repo`]: `SOME_TOKEN` to two origins (one written in capitals,
+/// as the dispatcher reads it: lowercase), GET only, for one key and a category whose name is
+/// markup (nothing validates a binding's category, so the page must escape it); `UNUSED_KEY`
+/// for any row, used by none yet.
+const BINDINGS: &str = "credentials:\n  SOME_TOKEN:\n    origins: [\"https://API.Example.com/items/\", \"https://backup.example.com:8443/v1/\"]\n    methods: [GET]\n    keys: [GOOD_HTTP_ITEM]\n    categories: [\"<img src=x onerror=alert(1)>\"]\n  UNUSED_KEY:\n    origins: [\"https://unused.example\"]\n";
+
+fn credentials_repo() -> Repo {
+    let r = Repo::new();
+    r.write("GOOD_HTTP_ITEM.yaml", &fixture("good/GOOD_HTTP_ITEM.yaml"));
+    r.write("GOOD_ECHO.yaml", &fixture("good/GOOD_ECHO.yaml"));
+    r.write("bindings.yaml", BINDINGS);
+    r.commit("Rows and their bindings", "2024-01-01T10:00:00Z");
+    r
+}
+
+fn read(site: &Path, rel: &str) -> String {
+    std::fs::read_to_string(site.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// A credentialed row's contract, in all three formats, says where the catalogue lets its
+/// credential go; a row without one says nothing of it. The credentials page lists every
+/// bound credential with its origins, methods, the rows it is for and the rows that use it,
+/// escaping what the bindings say; the index links it, and the manifest lists it.
+#[test]
+fn contracts_and_the_credentials_page_say_where_each_credential_goes() {
+    let repo = credentials_repo();
+    let out = repo.path().join("site");
+    build(&repo, &out);
+
+    let json: serde_json::Value =
+        serde_json::from_str(&read(&out, "k/GOOD_HTTP_ITEM.json")).unwrap();
+    assert_eq!(
+        json["credential_bindings"],
+        serde_json::json!([{
+            "env": "SOME_TOKEN",
+            "bound": true,
+            "origins": ["https://api.example.com/items/", "https://backup.example.com:8443/v1/"],
+            "methods": ["GET"],
+        }])
+    );
+    let md = read(&out, "k/GOOD_HTTP_ITEM.md");
+    assert!(
+        md.contains("  - `SOME_TOKEN`: `https://api.example.com/items/`, `https://backup.example.com:8443/v1/`; GET only\n"),
+        "{md}"
+    );
+    let html = read(&out, "k/GOOD_HTTP_ITEM.html");
+    assert!(
+        html.contains(r#"<dt>May go to</dt><dd><ul class="bound"><li><code>SOME_TOKEN</code>: <code class="wrap">https://api.example.com/items/</code>, <code class="wrap">https://backup.example.com:8443/v1/</code>; GET only</li></ul>"#),
+        "{html}"
+    );
+    assert!(html.contains(r#"<a href="../credentials.html">"#));
+    let echo: serde_json::Value = serde_json::from_str(&read(&out, "k/GOOD_ECHO.json")).unwrap();
+    assert!(echo.get("credential_bindings").is_none(), "{echo}");
+    assert!(!read(&out, "k/GOOD_ECHO.md").contains("Where it may go"));
+    assert!(!read(&out, "k/GOOD_ECHO.html").contains("May go to"));
+
+    let page = read(&out, "credentials.html");
+    assert!(
+        page.contains(r#"<tr id="SOME_TOKEN"><th scope="row"><code>SOME_TOKEN</code></th><td><code class="wrap">https://api.example.com/items/</code><br><code class="wrap">https://backup.example.com:8443/v1/</code></td><td>GET</td>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<td>rows <code>GOOD_HTTP_ITEM</code>; category <code>&lt;img src=x onerror=alert(1)&gt;</code></td><td><a href="k/GOOD_HTTP_ITEM.html">GOOD_HTTP_ITEM</a></td>"#),
+        "{page}"
+    );
+    assert!(
+        !page.contains("<img"),
+        "the category's markup is escaped: {page}"
+    );
+    assert!(
+        page.contains(r#"<code class="wrap">https://unused.example/</code></td><td>any</td><td>any row</td><td><span class="muted">none yet</span>"#),
+        "{page}"
+    );
+    assert!(
+        !page.contains("Not bound"),
+        "every row's credential is bound: {page}"
+    );
+    assert!(
+        read(&out, "index.html")
+            .contains(r#"<a href="credentials.html">Where each credential may go</a>"#)
+    );
+    assert!(read(&out, build::manifest::FILE).contains("\"credentials.html\""));
+    let site_bindings = build::site_bindings(&out);
+    assert_eq!(site_bindings.credentials.len(), 2);
+}
+
+/// A row changed in place (as a write does) brings the credentials page and its own contract
+/// along, as a full build of the same commit makes them.
+#[test]
+fn an_incremental_build_keeps_the_credentials_page() {
+    let repo = credentials_repo();
+    let out = repo.path().join("site");
+    build(&repo, &out);
+    repo.write(
+        "NEW_THING.yaml",
+        &fixture("good/GOOD_HTTP_ITEM.yaml")
+            .replace("GOOD_HTTP_ITEM", "NEW_THING")
+            .replace("SOME_TOKEN", "UNUSED_KEY")
+            .replace(
+                "https://api.example.com/items",
+                "https://unused.example/things",
+            )
+            .replace("one item by id", "one thing by its number")
+            .replace("fetch item by id", "look up a thing by its number"),
+    );
+    repo.commit("Add a thing", "2024-02-01T10:00:00Z");
+    let updated = build::incremental::build(&Options::new(repo.catalogue(), &out))
+        .expect("incremental build")
+        .expect("changed in place");
+    assert_eq!(updated.changed, 1);
+    let page = read(&out, "credentials.html");
+    assert!(
+        page.contains(r#"<a href="k/NEW_THING.html">NEW_THING</a>"#),
+        "{page}"
+    );
+    assert!(
+        read(&out, "k/NEW_THING.md")
+            .contains("  - `UNUSED_KEY`: `https://unused.example/`; any method\n")
+    );
+    let cold = repo.path().join("cold");
+    build(&repo, &cold);
+    for rel in [
+        "credentials.html",
+        "k/NEW_THING.json",
+        "k/NEW_THING.html",
+        "index.html",
+    ] {
+        assert_eq!(read(&out, rel), read(&cold, rel), "{rel}");
     }
 }

@@ -86,6 +86,10 @@ async fn fixture() -> (Built, Arc<AtomicUsize>) {
     repo.write("UPPER_STEP.yaml", &fn_row("UPPER_STEP", "upper"));
     repo.write("ECHO_STEP.yaml", &fn_row("ECHO_STEP", "echo"));
     repo.write("CRED_HIT.yaml", &http_row("CRED_HIT", addr, false));
+    repo.write(
+        "bindings.yaml",
+        &common::bindings_yaml(&[("COMPOSITION_TEST_CREDENTIAL", &format!("http://{addr}"))]),
+    );
     repo.write("SECRET_HIT.yaml", &http_row("SECRET_HIT", addr, true));
     repo.write(
         "OPEN_FLOW.yaml",
@@ -117,6 +121,7 @@ fn state(f: &Built, open: bool) -> AppState {
     s.token_key = Some(TokenKey::from_text(TOKEN_KEY).expect("key"));
     s.base_url = BASE.into();
     s.open = open;
+    s.config.egress = capdir::invoke::egress::Egress::loopback();
     s.config.env = capdir::invoke::runner::Environment::fixed([(
         "COMPOSITION_TEST_CREDENTIAL",
         "composition-upstream-credential",
@@ -438,6 +443,10 @@ async fn a_steps_side_effect_is_receipted_before_the_flow_ends() {
     let repo = Repo::new();
     repo.write("UPPER_STEP.yaml", &fn_row("UPPER_STEP", "upper"));
     repo.write("CRED_HIT.yaml", &http_row("CRED_HIT", addr, false));
+    repo.write(
+        "bindings.yaml",
+        &common::bindings_yaml(&[("COMPOSITION_TEST_CREDENTIAL", &format!("http://{addr}"))]),
+    );
     repo.write(
         "WAIT_HIT.yaml",
         &http_row("WAIT_HIT", addr, false).replace("/hit/", "/wait/"),

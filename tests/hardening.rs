@@ -139,6 +139,7 @@ fn settings(f: &Built, model: &str) -> Settings {
     s.base_url = BASE.into();
     s.config.agent.direct.base_url = model.to_string();
     s.config.agent.direct.key_env = String::new();
+    s.config.egress = capdir::invoke::egress::Egress::loopback();
     s
 }
 

@@ -346,6 +346,7 @@ async fn streamable_http_import_and_invoke() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let url = format!("http://127.0.0.1:{port}/mcp");
+    let token = [("EVH_TOKEN", "evh-token-value")];
     let imported = capdir(
         root.path(),
         &[
@@ -357,10 +358,30 @@ async fn streamable_http_import_and_invoke() {
             "evh",
             "--out",
             "catalogue",
+            "--auth",
+            "bearer:EVH_TOKEN",
         ],
-        &[],
+        &token,
     );
     assert!(imported.status.success(), "{imported:?}");
+    // The credential is bound to the server's endpoint, for the imported rows.
+    let bindings: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.path().join("catalogue/bindings.yaml")).expect("bindings"),
+    )
+    .expect("yaml");
+    let binding = &bindings["credentials"]["EVH_TOKEN"];
+    assert_eq!(
+        binding["origins"],
+        serde_yaml::from_str::<serde_yaml::Value>(&format!("[{url:?}]")).unwrap()
+    );
+    assert!(
+        binding["keys"]
+            .as_sequence()
+            .expect("keys")
+            .iter()
+            .any(|k| k.as_str() == Some("EVH_ECHO")),
+        "{binding:?}"
+    );
     let echo = std::fs::read_to_string(root.path().join("catalogue/EVH_ECHO.yaml")).expect("row");
     assert!(
         echo.contains(&format!("target: mcp+{url}#echo\n")),
@@ -368,7 +389,9 @@ async fn streamable_http_import_and_invoke() {
     );
     let checked = capdir(root.path(), &["check", "catalogue"], &[]);
     assert!(checked.status.success(), "{checked:?}");
-    let out = capdir(root.path(), &["invoke", "EVH_ECHO", "over http"], &[]);
+    // The server is on loopback, which rows reach only when the operator allows it.
+    let env = [token[0], ("CAPDIR_ALLOW_EGRESS", "loopback")];
+    let out = capdir(root.path(), &["invoke", "EVH_ECHO", "over http"], &env);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(stdout(&out), "Echo: over http\n");
 }
@@ -420,8 +443,41 @@ fn pages_odd_names_and_credentials_with_a_fake_server() {
             "FAKE_FAIL.yaml",
             "FAKE_HANG.yaml",
             "FAKE_PID.yaml",
-            "FAKE_WEIRD_NAME_1.yaml"
+            "FAKE_WEIRD_NAME_1.yaml",
+            "bindings.yaml"
         ]
+    );
+    // The variable handed to the server's process is bound to `stdio:`, for these rows.
+    let bindings =
+        std::fs::read_to_string(root.path().join("catalogue/bindings.yaml")).expect("bindings");
+    assert!(
+        bindings.starts_with("# "),
+        "a comment says what it is: {bindings}"
+    );
+    let keys: String = [
+        "FAKE_A_B",
+        "FAKE_A_B_2",
+        "FAKE_DIE",
+        "FAKE_ECHO",
+        "FAKE_ENV",
+        "FAKE_FAIL",
+        "FAKE_HANG",
+        "FAKE_PID",
+        "FAKE_WEIRD_NAME_1",
+    ]
+    .iter()
+    .map(|k| format!("      - {k}\n"))
+    .collect();
+    assert!(
+        bindings.ends_with(&format!(
+            "credentials:\n  FAKE_VAR:\n    origins: [\"stdio:\"]\n    keys:\n{keys}"
+        )),
+        "{bindings}"
+    );
+    assert!(
+        stdout(&imported).contains("bound FAKE_VAR to stdio: for its 9 rows"),
+        "{}",
+        stdout(&imported)
     );
     let weird =
         std::fs::read_to_string(root.path().join("catalogue/FAKE_WEIRD_NAME_1.yaml")).expect("row");
@@ -458,6 +514,33 @@ fn pages_odd_names_and_credentials_with_a_fake_server() {
     let fail = invoke("FAKE_FAIL", "because", &secret);
     assert_eq!(fail.status.code(), Some(1));
     assert_eq!(stdout(&fail), "ERR:mcp:tool_error:it went wrong: because\n");
+
+    // Importing again changes nothing, the bindings included; a binding of another
+    // credential survives an import that extends the file.
+    let before = snapshot(&root.path().join("catalogue"));
+    let again = import(&secret);
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(snapshot(&root.path().join("catalogue")), before);
+    let unrelated =
+        "  UNRELATED_KEY:\n    origins: [\"https://unrelated.example/v1/\"]\n    methods: [GET]\n";
+    let text = String::from_utf8(before["bindings.yaml"].clone()).expect("utf-8");
+    let with_other = format!("{text}{unrelated}");
+    let without_keys = with_other.replace("      - FAKE_ECHO\n", "");
+    assert_ne!(without_keys, with_other);
+    std::fs::write(root.path().join("catalogue/bindings.yaml"), &without_keys).expect("write");
+    let extended = import(&secret);
+    assert!(extended.status.success(), "{extended:?}");
+    assert!(
+        stdout(&extended).contains("FAKE_VAR: added the keys of 1 row to its binding"),
+        "{}",
+        stdout(&extended)
+    );
+    let after =
+        std::fs::read_to_string(root.path().join("catalogue/bindings.yaml")).expect("bindings");
+    assert_eq!(
+        after, with_other,
+        "the key is back and the other binding kept as it was"
+    );
 }
 
 #[test]

@@ -170,8 +170,39 @@ fn github_imports_passes_the_gate_builds_and_reimports_unchanged() {
     );
     assert!(rows > 1000, "{rows} rows");
     assert_eq!(count(&report, "new"), rows);
-    assert_eq!(files(&out).len(), rows);
+    assert_eq!(files(&out).len(), rows + 1, "the rows and bindings.yaml");
     assert_checks(&out);
+
+    // The one credential the rows use is bound to the origin they call, for them alone.
+    let bindings = bindings_of(&out);
+    let keys: Vec<String> = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(
+        bindings,
+        json!({"credentials": {"GITHUB_TOKEN": {
+            "origins": ["https://api.github.com"],
+            "keys": sorted,
+        }}})
+    );
+    let text = std::fs::read_to_string(out.join("bindings.yaml")).expect("bindings");
+    assert!(text.starts_with("# Where each credential"), "{text}");
+    assert!(
+        text.contains(
+            "  GITHUB_TOKEN:\n    origins: [\"https://api.github.com\"]\n    keys:\n      - GITHUB_"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        report["bindings"],
+        json!([{"env": "GITHUB_TOKEN", "origins": ["https://api.github.com"], "rows": rows,
+                "status": "new", "added_origins": ["https://api.github.com"], "added_keys": rows}])
+    );
 
     let created = std::fs::read_to_string(out.join("GITHUB_ISSUES_CREATE.yaml")).expect("row");
     assert!(
@@ -203,7 +234,131 @@ fn github_imports_passes_the_gate_builds_and_reimports_unchanged() {
     let again = import(&github(), &out, &github_flags());
     assert_eq!(count(&again, "unchanged"), rows, "{:?}", statuses(&again));
     assert_eq!(count(&again, "changed") + count(&again, "new"), 0);
+    assert_eq!(
+        files(&out)["bindings.yaml"],
+        before["bindings.yaml"],
+        "a re-import leaves bindings.yaml byte-identical"
+    );
     assert_eq!(files(&out), before, "a re-import rewrites nothing");
+    assert_eq!(again["bindings"][0]["status"], "unchanged");
+}
+
+/// The catalogue's bindings.yaml as JSON.
+fn bindings_of(dir: &Path) -> Json {
+    let text = std::fs::read_to_string(dir.join("bindings.yaml")).expect("bindings.yaml");
+    serde_yaml::from_str(&text).expect("bindings.yaml is YAML")
+}
+
+#[test]
+fn bindings_are_added_to_never_dropped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("catalogue");
+    std::fs::create_dir(&out).expect("mkdir");
+    // The owner's file: a binding of another credential, written as the import writes them,
+    // and one of a credential the import uses, for a hand-written row and another origin.
+    let other = "  OTHER_TOKEN:\n    origins: [\"https://other.example/api/\"]\n    methods: [GET]\n    categories: [tools]\n";
+    let owners = format!(
+        "# The owner's bindings.\n# Reviewed by the owner.\ncredentials:\n{other}  PETSTORE_API_KEY:\n    origins: [\"https://petstore.swagger.io/v2/\"]\n    keys: [HAND_ROW]\n"
+    );
+    std::fs::write(out.join("bindings.yaml"), &owners).expect("write");
+    let hand = "key: HAND_ROW\ntype: http\ntarget: \"GET https://petstore.swagger.io/v2/store/inventory\"\nauth: \"headers:{\\\"api_key\\\":\\\"$PETSTORE_API_KEY\\\"}\"\ncontent: |\n  # WHAT: The store's inventory, written by hand.\n";
+    std::fs::write(out.join("HAND_ROW.yaml"), hand).expect("write");
+    assert_checks(&out);
+
+    let doc = oas_example("2.0/json/petstore.json");
+    let report = import(&doc, &out, &["--prefix", "petstore"]);
+    assert_checks(&out);
+    let text = std::fs::read_to_string(out.join("bindings.yaml")).expect("bindings");
+    assert!(
+        text.starts_with("# The owner's bindings.\n# Reviewed by the owner.\ncredentials:\n"),
+        "the leading comment is kept: {text}"
+    );
+    assert!(
+        text.contains(other),
+        "the other credential's binding is there as it was: {text}"
+    );
+    let before: Json = serde_yaml::from_str(&owners).expect("yaml");
+    let after = bindings_of(&out);
+    assert_eq!(
+        after["credentials"]["OTHER_TOKEN"],
+        before["credentials"]["OTHER_TOKEN"]
+    );
+    let key = &after["credentials"]["PETSTORE_API_KEY"];
+    assert_eq!(
+        key["origins"],
+        json!([
+            "https://petstore.swagger.io/v2/",
+            "http://petstore.swagger.io/v2/"
+        ]),
+        "the rows call http://: that origin is added, the owner's kept"
+    );
+    let keys: Vec<&str> = key["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert!(keys.contains(&"HAND_ROW"), "{keys:?}");
+    assert!(keys.contains(&"PETSTORE_GET_PET_BY_ID"), "{keys:?}");
+    assert!(keys.is_sorted(), "{keys:?}");
+    assert_eq!(
+        after["credentials"]["PETSTORE_TOKEN"]["origins"],
+        json!(["http://petstore.swagger.io/v2/"])
+    );
+    let status: BTreeMap<&str, &str> = report["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["env"].as_str().unwrap(), b["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        status,
+        BTreeMap::from([("PETSTORE_API_KEY", "extended"), ("PETSTORE_TOKEN", "new")])
+    );
+
+    // Nothing new: the file is not touched.
+    let written = std::fs::read(out.join("bindings.yaml")).expect("read");
+    let (stdout, stderr, code) = capdir(
+        &[
+            "import",
+            "openapi",
+            doc.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--prefix",
+            "petstore",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        std::fs::read(out.join("bindings.yaml")).expect("read"),
+        written
+    );
+    assert!(
+        stdout
+            .contains("PETSTORE_TOKEN is already bound to http://petstore.swagger.io/v2/ for its "),
+        "{stdout}"
+    );
+
+    // An owner's file that does not read stops the import before anything is written.
+    let fresh = tmp.path().join("untouched");
+    std::fs::create_dir(&fresh).expect("mkdir");
+    std::fs::write(fresh.join("bindings.yaml"), "credentials: [\n").expect("write");
+    let (_, stderr, code) = capdir(
+        &[
+            "import",
+            "openapi",
+            doc.to_str().unwrap(),
+            "--out",
+            fresh.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("bindings.yaml:"), "{stderr}");
+    assert!(stderr.contains("the bindings do not read"), "{stderr}");
+    assert_eq!(files(&fresh).len(), 1, "nothing was written");
 }
 
 #[test]
@@ -752,6 +907,8 @@ fn invoke(
     all.extend_from_slice(&["--catalogue", dir.to_str().unwrap()]);
     let mut env = env.to_vec();
     env.push(("CAPDIR_DATA", data.to_str().unwrap()));
+    // The loopback API: rows reach it only when the operator allows it.
+    env.push(("CAPDIR_ALLOW_EGRESS", "loopback"));
     let (stdout, stderr, code) = capdir(&all, &env);
     (format!("{stdout}{stderr}"), code)
 }

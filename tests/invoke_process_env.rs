@@ -31,19 +31,19 @@ async fn credential_is_read_when_the_call_is_made() {
             "http",
             &format!("GET http://{addr}/t"),
             "",
-            json!({"auth": "bearer:CAPDIR_TEST_PROCESS_ENV_TOKEN"}),
+            json!({"auth": "bearer:PROCESS_ENV_TEST_TOKEN"}),
         )],
         Environment::Process,
     );
     assert_eq!(
         call(&inv, "T", "").await.output,
-        "ERR:auth:missing_env:CAPDIR_TEST_PROCESS_ENV_TOKEN"
+        "ERR:auth:missing_env:PROCESS_ENV_TEST_TOKEN"
     );
     // SAFETY: this binary runs this single test; the server and client threads do not read
     // the environment while it is set.
-    unsafe { std::env::set_var("CAPDIR_TEST_PROCESS_ENV_TOKEN", "first-value-1") };
+    unsafe { std::env::set_var("PROCESS_ENV_TEST_TOKEN", "first-value-1") };
     assert_eq!(call(&inv, "T", "").await.output, "HTTP 200:first");
     // SAFETY: as above.
-    unsafe { std::env::set_var("CAPDIR_TEST_PROCESS_ENV_TOKEN", "rotated-value-2") };
+    unsafe { std::env::set_var("PROCESS_ENV_TEST_TOKEN", "rotated-value-2") };
     assert_eq!(call(&inv, "T", "").await.output, "HTTP 200:second");
 }

@@ -40,6 +40,7 @@ fn fixture_site() -> Fixture {
             &fixture(&format!("good/{name}.yaml")),
         );
     }
+    repo.write("bindings.yaml", &fixture("good/bindings.yaml"));
     repo.write(
         "RETIRED_ECHO.yaml",
         &format!(

@@ -63,6 +63,7 @@ fn capdir(args: &[&str], dir: &Path) -> std::process::Output {
         .env("CAPDIR_OWNER_KEY", OWNER)
         .env("CAPDIR_TOKEN_KEY", TOKEN_KEY)
         .env(UPSTREAM_ENV, UPSTREAM)
+        .env("CAPDIR_ALLOW_EGRESS", "loopback")
         .output()
         .expect("capdir runs")
 }
@@ -109,6 +110,7 @@ fn enc(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_reaches_a_file_a_log_or_an_answer() {
     let up = leaky_upstream().await;
+    let closed = common::closed_port();
     let root = tempfile::tempdir().expect("tempdir");
     let repo = Repo::new();
     repo.write(
@@ -146,7 +148,7 @@ async fn no_secret_reaches_a_file_a_log_or_an_answer() {
         "UNREACHABLE.yaml",
         &http_row(
             "UNREACHABLE",
-            &format!("GET http://127.0.0.1:{}/x?q=$1", common::closed_port()),
+            &format!("GET http://127.0.0.1:{closed}/x?q=$1"),
             &format!("query:api_key={UPSTREAM_ENV}"),
             "",
         ),
@@ -158,6 +160,12 @@ async fn no_secret_reaches_a_file_a_log_or_an_answer() {
             &format!("GET http://{up}/echo-auth/$1"),
             &format!("bearer:{UPSTREAM_ENV}"),
             "sensitive: true\ninput_schema:\n  type: object\n  properties:\n    text: {type: string}\n  required: [text]\n",
+        ),
+    );
+    repo.write(
+        "bindings.yaml",
+        &format!(
+            "credentials:\n  {UPSTREAM_ENV}:\n    origins: [\"http://{up}\", \"http://127.0.0.1:{closed}\"]\n"
         ),
     );
     repo.commit("rows", "2024-01-01T00:00:00Z");

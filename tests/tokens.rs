@@ -120,6 +120,10 @@ async fn fixture() -> Fixture {
         ),
     );
     repo.write(
+        "bindings.yaml",
+        &common::bindings_yaml(&[("TOKENS_TEST_UPSTREAM_KEY", &up.to_string())]),
+    );
+    repo.write(
         "SLOW.yaml",
         &http_row("SLOW", "net", &format!("GET {up}/slow/$1"), ""),
     );
@@ -158,6 +162,7 @@ fn settings(f: &Fixture) -> Settings {
     s.owner_key = Some(OWNER.into());
     s.token_key = Some(key());
     s.base_url = BASE.into();
+    s.config.egress = capdir::invoke::egress::Egress::loopback();
     s.config.http.timeout = Duration::from_millis(400);
     s.config.http.max_body_bytes = 1024;
     s

@@ -220,6 +220,55 @@ fn per_operation(r: &Report) -> String {
     s
 }
 
+/// Which credential the rows use, bound to which origins in `bindings.yaml` (for review).
+pub(super) fn bindings_summary(
+    bound: &[import::bindings::Bound],
+    out: &Path,
+    dry_run: bool,
+) -> String {
+    let file = out.join(crate::row::binding::FILE);
+    let mut s = String::new();
+    for b in bound {
+        let rows = if b.rows == 1 { "row" } else { "rows" };
+        let origins = b.origins.join(", ");
+        let line = match b.status {
+            "new" => format!(
+                "{} {} to {origins} for its {} {rows} (keys:) in {}: review it\n",
+                if dry_run { "would bind" } else { "bound" },
+                b.env,
+                b.rows,
+                file.display()
+            ),
+            "extended" => {
+                let mut added = Vec::new();
+                if !b.added_origins.is_empty() {
+                    added.push(format!("origins {}", b.added_origins.join(", ")));
+                }
+                if b.added_keys > 0 {
+                    let of = if b.added_keys == 1 { "row" } else { "rows" };
+                    added.push(format!("the keys of {} {of}", b.added_keys));
+                }
+                format!(
+                    "{}: {} {} to its binding in {} (its {} {rows} call {origins}): review it\n",
+                    b.env,
+                    if dry_run { "would add" } else { "added" },
+                    added.join(" and "),
+                    file.display(),
+                    b.rows
+                )
+            }
+            _ => format!(
+                "{} is already bound to {origins} for its {} {rows} in {}\n",
+                b.env,
+                b.rows,
+                file.display()
+            ),
+        };
+        s.push_str(&line);
+    }
+    s
+}
+
 /// The counts, the notes by kind, the credentials.
 fn summary(r: &Report, out: &Path, dry_run: bool) -> String {
     let mut s = format!(
@@ -262,6 +311,7 @@ fn summary(r: &Report, out: &Path, dry_run: bool) -> String {
     for (name, how) in &r.schemes {
         s.push_str(&format!("security scheme {name}: {how}\n"));
     }
+    s.push_str(&bindings_summary(&r.bindings, out, dry_run));
     if !r.asks_left_out.is_empty() {
         s.push_str(&format!(
             "asks left out: {} (the catalogue's search does not rank their row in its top {})\n",

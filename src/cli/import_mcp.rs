@@ -93,6 +93,10 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
             "not from this import: {key} (tool {tool}; the server no longer lists it under this key — delete the file if it is gone)"
         );
     }
+    print!(
+        "{}",
+        super::import::bindings_summary(&report.bindings, &options.out, false)
+    );
     println!(
         "{name}: {} tools, {written} written, {unchanged} unchanged, {} skipped",
         report.rows.len() + report.skipped.len(),

@@ -137,15 +137,63 @@ pub fn invoker(rows: Vec<Row>, env: Environment) -> Invoker {
     )
 }
 
+/// An invoker over `rows`. Unless `config` says otherwise, each row's credential is bound to
+/// the row's own origin (what an owner would write for rows under test: the runner tests
+/// test the runners; `tests/bindings.rs` tests the bindings) and rows may reach loopback,
+/// where the tests' upstreams listen.
 pub fn invoker_with(rows: Vec<Row>, config: InvokerConfig) -> Invoker {
+    let mut config = config;
+    if config.bindings.credentials.is_empty() {
+        config.bindings = std::sync::Arc::new(own_bindings(&rows));
+    }
+    if config.egress == capdir::invoke::egress::Egress::default() {
+        config.egress = capdir::invoke::egress::Egress::loopback();
+    }
     Invoker::new(RowSet::from_rows(rows), config).expect("invoker")
 }
 
+/// Bindings that bind every credential `rows` use to the origins those rows call.
+pub fn own_bindings(rows: &[Row]) -> capdir::row::binding::Bindings {
+    use capdir::row::binding::{Binding, Destination, STDIO, destination_of};
+    let mut b = capdir::row::binding::Bindings::default();
+    for row in rows {
+        let Ok(Some(c)) = capdir::row::credential::Credential::parse(&row.auth) else {
+            continue;
+        };
+        let origin = match destination_of(row) {
+            Some(Destination::Http { origin, .. }) => origin.origin().ascii_serialization(),
+            Some(Destination::Stdio) => STDIO.to_string(),
+            _ => continue,
+        };
+        for env in c.envs() {
+            let entry: &mut Binding = b.credentials.entry(env).or_default();
+            if !entry.origins.contains(&origin) {
+                entry.origins.push(origin.clone());
+            }
+        }
+    }
+    b
+}
+
+/// `bindings.yaml` text binding each (variable, origin) pair.
+pub fn bindings_yaml(pairs: &[(&str, &str)]) -> String {
+    let mut out = String::from("credentials:\n");
+    for (env, origin) in pairs {
+        out.push_str(&format!("  {env}:\n    origins: [\"{origin}\"]\n"));
+    }
+    out
+}
+
 pub fn bundled() -> Invoker {
+    let bindings = std::fs::read("catalogue/bindings.yaml")
+        .ok()
+        .and_then(|b| capdir::row::binding::Bindings::parse(&b).ok())
+        .expect("the bundled bindings");
     Invoker::new(
         RowSet::from_dir(Path::new("catalogue")).expect("bundled catalogue"),
         InvokerConfig {
             env: Environment::fixed::<&str, &str>([]),
+            bindings: std::sync::Arc::new(bindings),
             ..Default::default()
         },
     )
@@ -206,6 +254,8 @@ impl Served {
             .args(extra_args)
             .env_remove("CAPDIR_OWNER_KEY")
             .env_remove("CAPDIR_TOKEN_KEY")
+            // The tests' upstreams listen on loopback; a test may say otherwise in `env`.
+            .env("CAPDIR_ALLOW_EGRESS", "loopback")
             .stdout(out)
             .stderr(err);
         for (k, v) in env {
