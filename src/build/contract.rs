@@ -2,6 +2,7 @@
 //! and rendered as markdown, JSON and HTML from the same model.
 
 use crate::build::history::{Change, ChangeKind};
+use crate::row::binding::{Bindings, STDIO};
 use crate::row::call::example_of;
 use crate::row::credential::Credential;
 use crate::row::target::HttpTarget;
@@ -63,6 +64,10 @@ pub struct Contract {
     pub auth: String,
     pub auth_form: String,
     pub credential_envs: Vec<String>,
+    /// Where the catalogue's bindings let each of `credential_envs` go: the only hosts the
+    /// dispatcher sends the secret to. None for a row without a credential.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credential_bindings: Vec<BoundTo>,
     pub risk: &'static str,
     pub enabled: bool,
     pub planner_visible: bool,
@@ -98,6 +103,73 @@ pub struct Contract {
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
     pub history: Vec<HistoryLine>,
+}
+
+/// Where one credential a row names may go, as the catalogue binds it (`bindings.json`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct BoundTo {
+    /// The environment variable the dispatcher reads the secret from.
+    pub env: String,
+    /// Whether a binding lets this row use it. False only in a site built by hand or by an
+    /// older capdir (the gate refuses such a row): every call is refused before the secret is
+    /// read.
+    pub bound: bool,
+    /// The origins (`scheme://host[:port]/path-prefix`) it may be sent to, as the dispatcher
+    /// parses them (so an encoded, IDN or numeric host reads as the host it connects to), or
+    /// `stdio:` for an MCP server's process the row starts.
+    pub origins: Vec<String>,
+    /// The HTTP methods it may be sent with; none: any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// Why calls are refused, when it is not bound: the refusal's stable code
+    /// (`unbound_credential`, `reserved_credential`, `row_not_bound`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<&'static str>,
+}
+
+/// An origin of a binding as the dispatcher compares it: the URL parser's serialisation
+/// (lowercase host, punycode, dotted IPv4, default port dropped); `stdio:` and text that is
+/// no URL (which admits nothing) as written.
+pub fn shown_origin(origin: &str) -> String {
+    let text = origin.trim();
+    if text == STDIO {
+        return text.to_string();
+    }
+    match url::Url::parse(text) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => u.to_string(),
+        _ => text.to_string(),
+    }
+}
+
+/// Where `bindings` let row `row` send each variable of its credential, in the order the
+/// credential names them (each once); none for a row without a credential.
+pub fn bound_to(row: &Row, bindings: &Bindings) -> Vec<BoundTo> {
+    let Some(credential) = Credential::parse(&row.auth).ok().flatten() else {
+        return Vec::new();
+    };
+    let mut envs = credential.envs();
+    let mut seen = std::collections::HashSet::new();
+    envs.retain(|e| seen.insert(e.clone()));
+    envs.into_iter()
+        .map(
+            |env| match bindings.binding_for(&env, &row.key, &row.category) {
+                Ok(b) => BoundTo {
+                    env,
+                    bound: true,
+                    origins: b.origins.iter().map(|o| shown_origin(o)).collect(),
+                    methods: b.methods.clone(),
+                    refused: None,
+                },
+                Err(refusal) => BoundTo {
+                    env,
+                    bound: false,
+                    origins: Vec::new(),
+                    methods: Vec::new(),
+                    refused: Some(refusal.code),
+                },
+            },
+        )
+        .collect()
 }
 
 /// One kind of credential a row accepts (the static contract's half of "who may do what";
@@ -196,8 +268,15 @@ fn troubleshooting(row: &Row) -> Vec<String> {
 }
 
 impl Contract {
-    /// The contract of `row`, whose fingerprint (covering what it composes) is `fingerprint`.
-    pub fn new(row: &Row, history: &[Change], urls: &Urls, fingerprint: &str) -> Contract {
+    /// The contract of `row`, whose fingerprint (covering what it composes) is `fingerprint`,
+    /// its credential shown where `bindings` (the catalogue's) let it go.
+    pub fn new(
+        row: &Row,
+        history: &[Change],
+        urls: &Urls,
+        fingerprint: &str,
+        bindings: &Bindings,
+    ) -> Contract {
         let doc = row.doc();
         let ex = example_of(row);
         let dispatcher = urls.dispatcher.as_deref();
@@ -233,6 +312,7 @@ impl Contract {
                 .as_ref()
                 .map(Credential::envs)
                 .unwrap_or_default(),
+            credential_bindings: bound_to(row, bindings),
             risk,
             enabled: row.enabled,
             planner_visible: row.planner_visible,

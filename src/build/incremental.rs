@@ -422,6 +422,8 @@ impl Built {
             repo_url: self.repo_url.clone(),
             dispatcher: self.urls.dispatcher.clone(),
         };
+        // The site's bindings are the catalogue's: `open` builds in full when they differ.
+        let bindings = super::site_bindings(&self.out);
         let mut rendered: BTreeSet<&str> = BTreeSet::new();
         let mut inputs = Vec::new();
         let to_render = delta
@@ -441,6 +443,7 @@ impl Built {
                 self.history.of(file_name(row)),
                 &self.urls,
                 &self.prints[key],
+                &bindings,
             );
             let digest = site::replace_contract(&self.out, &self.tera, &common, &contract)?;
             inputs.push((key.to_string(), Some(digest)));
@@ -712,6 +715,7 @@ impl Pages {
                 &rows,
                 &self.listings,
                 &self.tombstones,
+                &crate::build::site_bindings(&self.out),
             )?;
             projections
                 .join()

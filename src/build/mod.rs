@@ -321,7 +321,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                     .iter()
                     .map(|r| {
                         let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                        Contract::new(r, history.of(file), &urls, &prints[&r.key])
+                        Contract::new(r, history.of(file), &urls, &prints[&r.key], &bindings)
                     })
                     .collect();
                 let tera = site::tera()?;
@@ -338,7 +338,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 let listings: Vec<site::Listing> =
                     contracts.iter().map(site::Listing::of).collect();
                 let enabled: Vec<&Row> = enabled.iter().collect();
-                site::write_pages(&tmp, &tera, &common, &enabled, &listings, &tombs)?;
+                site::write_pages(&tmp, &tera, &common, &enabled, &listings, &tombs, &bindings)?;
                 Ok((contracts.len(), written))
             })();
             let side = side

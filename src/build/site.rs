@@ -7,6 +7,7 @@ use crate::build::contract::{Contract, Tombstone};
 use crate::build::projection;
 use crate::build::snapshot::{BuildInfo, Counts};
 use crate::row::Row;
+use crate::row::binding::Bindings;
 use crate::row::urls::Urls;
 use anyhow::{Context as _, Result};
 use pulldown_cmark::{Event, Options, Parser, html};
@@ -36,6 +37,10 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
     ("search.html", include_str!("../../templates/search.html")),
     ("receipt.html", include_str!("../../templates/receipt.html")),
+    (
+        "credentials.html",
+        include_str!("../../templates/credentials.html"),
+    ),
 ];
 
 pub fn tera() -> Result<Tera> {
@@ -586,7 +591,88 @@ struct Category<'a> {
 /// How many rows the index's "recently" lists show.
 const RECENT: usize = 8;
 
-/// Index, category pages, the no-JavaScript search page, assets and the browser's index.
+/// The page that lists where each credential may go.
+pub const CREDENTIALS_PAGE: &str = "credentials.html";
+
+/// One bound credential on the credentials page.
+#[derive(Serialize)]
+struct BoundCredential<'a> {
+    env: &'a str,
+    origins: Vec<String>,
+    methods: &'a [String],
+    /// The rows the binding lets use it (none: any row).
+    keys: &'a [String],
+    categories: &'a [String],
+    /// The enabled rows that name it and may use it.
+    rows: Vec<&'a str>,
+}
+
+/// A credential rows name that no binding lets them use, and those rows.
+#[derive(Serialize)]
+struct Refused<'a> {
+    env: String,
+    code: &'static str,
+    rows: Vec<&'a str>,
+}
+
+/// `credentials.html`: every credential `bindings` bind, where it may go and which of `rows`
+/// use it; and any credential a row names that is not bound for it (calls refused).
+fn write_credentials(
+    out: &Path,
+    tera: &Tera,
+    common: &Common,
+    rows: &[&Row],
+    bindings: &Bindings,
+) -> Result<()> {
+    let mut credentials: BTreeMap<&str, BoundCredential> = bindings
+        .credentials
+        .iter()
+        .map(|(env, b)| {
+            let bound = BoundCredential {
+                env,
+                origins: b
+                    .origins
+                    .iter()
+                    .map(|o| crate::build::contract::shown_origin(o))
+                    .collect(),
+                methods: &b.methods,
+                keys: &b.keys,
+                categories: &b.categories,
+                rows: Vec::new(),
+            };
+            (env.as_str(), bound)
+        })
+        .collect();
+    let mut refused: BTreeMap<(String, &'static str), Vec<&str>> = BTreeMap::new();
+    let mut rows: Vec<&Row> = rows.to_vec();
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    for row in rows {
+        for b in crate::build::contract::bound_to(row, bindings) {
+            match (b.refused, credentials.get_mut(b.env.as_str())) {
+                (None, Some(c)) => c.rows.push(&row.key),
+                (code, _) => refused
+                    .entry((b.env, code.unwrap_or("unbound_credential")))
+                    .or_default()
+                    .push(&row.key),
+            }
+        }
+    }
+    let credentials: Vec<BoundCredential> = credentials.into_values().collect();
+    let refused: Vec<Refused> = refused
+        .into_iter()
+        .map(|((env, code), rows)| Refused { env, code, rows })
+        .collect();
+    let mut ctx = context(common, "")?;
+    ctx.insert("credentials", &credentials);
+    ctx.insert("refused", &refused);
+    write(
+        &out.join(CREDENTIALS_PAGE),
+        tera.render(CREDENTIALS_PAGE, &ctx)?,
+    )
+}
+
+/// Index, category pages, the no-JavaScript search page, the credentials page, assets and
+/// the browser's index.
 pub fn write_pages(
     out: &Path,
     tera: &Tera,
@@ -594,6 +680,7 @@ pub fn write_pages(
     rows: &[&Row],
     listings: &[Listing],
     tombstones: &[Tombstone],
+    bindings: &Bindings,
 ) -> Result<()> {
     let mut by_cat: BTreeMap<String, Vec<&Listing>> = BTreeMap::new();
     for c in listings {
@@ -632,7 +719,9 @@ pub fn write_pages(
     ctx.insert("added", &added);
     ctx.insert("changed", &changed);
     ctx.insert("removed", &removed);
+    ctx.insert("bound_credentials", &bindings.credentials.len());
     write(&out.join("index.html"), tera.render("index.html", &ctx)?)?;
+    write_credentials(out, tera, common, rows, bindings)?;
 
     let mut ctx = context(common, "")?;
     ctx.insert("categories", &categories);
@@ -812,6 +901,146 @@ fn xml_escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::{escape_html, shell_quote};
+    use crate::build::contract::Contract;
+    use crate::build::snapshot::{BuildInfo, Counts};
+    use crate::row::binding::Bindings;
+
+    fn http_row(key: &str, auth: &str) -> crate::row::Row {
+        let text = format!(
+            "key: {key}\ntype: http\ntarget: \"GET https://api.example.com/items/$1\"\nauth: {auth}\ncategory: items\ncontent: |\n  # WHAT: Fetches one item.\n  # ARGS: $1=id\n  # EX: 42\n  # OUTPUT: JSON\n"
+        );
+        crate::row::parse_row(std::path::Path::new("X.yaml"), text.as_bytes())
+            .row
+            .expect("row")
+    }
+
+    /// The markdown and HTML of `row`'s contract under `bindings`.
+    fn rendered(row: &crate::row::Row, bindings: &Bindings) -> (Contract, String, String) {
+        let urls = crate::row::urls::Urls::new("");
+        let c = Contract::new(row, &[], &urls, "f", bindings);
+        let counts = Counts::of([row]);
+        let info = BuildInfo {
+            commit: String::new(),
+            date: String::new(),
+            capdir_version: "0".into(),
+            history_partial: false,
+            counts: counts.clone(),
+        };
+        let common = super::Common {
+            site: super::SiteMeta::default_for(&counts),
+            counts: &counts,
+            build: &info,
+            repo_url: None,
+            dispatcher: None,
+        };
+        let tera = super::tera().unwrap();
+        let mut r = super::Renderer::new(&tera, super::contract_context(&common).unwrap());
+        let (md, html) = r.contract(&c).unwrap();
+        (c, md, html)
+    }
+
+    /// A credential no binding names (a site built by hand or by an older capdir) is shown
+    /// as refused; one that is bound shows where it may go, the page escaping it all.
+    #[test]
+    fn a_contract_says_where_each_credential_may_go() {
+        let row = http_row(
+            "GH_ITEM",
+            "headers:{\"A\":\"$TOKEN_A\",\"B\":\"$TOKEN_B $TOKEN_A\"}",
+        );
+        let bindings = Bindings::parse(
+            b"credentials:\n  TOKEN_A:\n    origins: [\"https://%61pi.Example.com/items/\", \"javascript:<b>x</b>\"]\n    methods: [GET, HEAD]\n",
+        )
+        .unwrap();
+        let (c, md, html) = rendered(&row, &bindings);
+        let envs: Vec<(&str, bool)> = c
+            .credential_bindings
+            .iter()
+            .map(|b| (b.env.as_str(), b.bound))
+            .collect();
+        assert_eq!(envs, [("TOKEN_A", true), ("TOKEN_B", false)], "each once");
+        assert!(
+            md.contains("  - `TOKEN_A`: `https://api.example.com/items/`, `javascript:<b>x</b>`; GET, HEAD only\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("  - `TOKEN_B`: not bound: calls are refused (`unbound_credential`)"),
+            "{md}"
+        );
+        assert!(
+            html.contains("<code class=\"wrap\">https://api.example.com/items/</code>, <code class=\"wrap\">javascript:&lt;b&gt;x&lt;/b&gt;</code>; GET, HEAD only"),
+            "{html}"
+        );
+        assert!(!html.contains("<b>x"), "{html}");
+        assert!(
+            html.contains("<code>TOKEN_B</code>: <strong>not bound: calls are refused</strong> (<code>unbound_credential</code>)"),
+            "{html}"
+        );
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            json["credential_bindings"][1]["refused"],
+            "unbound_credential"
+        );
+        assert!(json["credential_bindings"][0].get("refused").is_none());
+
+        // A row without a credential says nothing of bindings.
+        let plain = http_row("PLAIN", "\"\"");
+        let (c, md, html) = rendered(&plain, &bindings);
+        assert!(c.credential_bindings.is_empty());
+        assert!(
+            serde_json::to_value(&c)
+                .unwrap()
+                .get("credential_bindings")
+                .is_none()
+        );
+        assert!(!md.contains("Where it may go") && !html.contains("May go to"));
+    }
+
+    /// The credentials page lists the rows refused a credential apart from those bound.
+    #[test]
+    fn the_credentials_page_shows_refused_rows() {
+        let rows = [
+            http_row("BOUND_ROW", "bearer:TOKEN_A"),
+            http_row("LOST_ROW", "bearer:TOKEN_Z"),
+        ];
+        let bindings = Bindings::parse(
+            b"credentials:\n  TOKEN_A:\n    origins: [\"https://api.example.com\"]\n",
+        )
+        .unwrap();
+        let counts = Counts::of(rows.iter());
+        let info = BuildInfo {
+            commit: String::new(),
+            date: String::new(),
+            capdir_version: "0".into(),
+            history_partial: false,
+            counts: counts.clone(),
+        };
+        let common = super::Common {
+            site: super::SiteMeta::default_for(&counts),
+            counts: &counts,
+            build: &info,
+            repo_url: None,
+            dispatcher: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let refs: Vec<&crate::row::Row> = rows.iter().collect();
+        super::write_credentials(
+            dir.path(),
+            &super::tera().unwrap(),
+            &common,
+            &refs,
+            &bindings,
+        )
+        .unwrap();
+        let page = std::fs::read_to_string(dir.path().join(super::CREDENTIALS_PAGE)).unwrap();
+        assert!(
+            page.contains("<a href=\"k/BOUND_ROW.html\">BOUND_ROW</a>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<li><code>TOKEN_Z</code> (<code>unbound_credential</code>): <a href=\"k/LOST_ROW.html\">LOST_ROW</a></li>"),
+            "{page}"
+        );
+    }
 
     #[test]
     fn escaping_covers_markup_and_quotes_and_keeps_slashes() {
