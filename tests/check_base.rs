@@ -87,3 +87,43 @@ fn base_rule_legacy_clean_and_new_rows() {
     let (ok, _) = capdir(dir, "no-such-branch");
     assert!(!ok);
 }
+
+/// A change to the bindings is a review item of its own: each credential whose destination
+/// changed is named with where it went before and where it may go now, as a warning the
+/// pull request shows; a change elsewhere in the file's comments shows nothing.
+#[test]
+fn a_change_to_the_bindings_is_shown_for_review() {
+    let repo = Repo::new();
+    let dir = repo.path();
+    let cat = repo.catalogue();
+    std::fs::write(cat.join("GOOD_ROW.yaml"), row("GOOD_ROW", "text")).unwrap();
+    std::fs::write(
+        cat.join("bindings.yaml"),
+        "credentials:\n  API_TOKEN:\n    origins: [\"https://api.example.com\"]\n",
+    )
+    .unwrap();
+    repo.commit("rows and bindings", "2024-01-01T00:00:00Z");
+    std::fs::write(
+        cat.join("bindings.yaml"),
+        "# reviewed by the owner\ncredentials:\n  API_TOKEN:\n    origins: [\"https://api.example.com\"]\n",
+    )
+    .unwrap();
+    let (ok, out) = capdir(dir, "HEAD");
+    assert!(ok && !out.contains("bindings_changed"), "{out}");
+    std::fs::write(
+        cat.join("bindings.yaml"),
+        "credentials:\n  API_TOKEN:\n    origins: [\"https://api.example.com\", \"https://collector.example\"]\n  NEW_TOKEN:\n    origins: [\"https://new.example\"]\n",
+    )
+    .unwrap();
+    let (ok, out) = capdir(dir, "HEAD");
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("warning[bindings_changed]")
+            && out.contains("`API_TOKEN` goes to: https://api.example.com → https://api.example.com, https://collector.example"),
+        "{out}"
+    );
+    assert!(
+        out.contains("`NEW_TOKEN` goes to: unbound → https://new.example"),
+        "{out}"
+    );
+}

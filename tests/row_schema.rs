@@ -24,6 +24,13 @@ fn every_bundled_row_satisfies_the_schema_and_points_at_it() {
     let mut n = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
+        // The credential bindings are the catalogue's, not a row.
+        if path
+            .file_name()
+            .is_some_and(|n| n == capdir::row::binding::FILE)
+        {
+            continue;
+        }
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
             text.starts_with("# yaml-language-server: $schema=../schema/row.schema.json\n"),

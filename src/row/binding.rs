@@ -582,4 +582,27 @@ mod tests {
             Err("method_not_bound")
         );
     }
+
+    proptest::proptest! {
+        /// Any bytes as a bindings file, any text as an origin or a URL: an answer, never a
+        /// panic; and whatever is admitted is the bound host.
+        #[test]
+        fn any_input_is_judged_without_panicking(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            origin in "[a-z:/\\\\.@%0-9\\[\\]]{0,40}",
+            target in "(https?://)?[a-z0-9.:@%\\[\\]/]{0,40}",
+        ) {
+            let _ = Bindings::parse(&bytes).map(|b| b.problems());
+            let yaml = format!("credentials:\n  T:\n    origins: [{origin:?}]\n");
+            if let Ok(b) = Bindings::parse(yaml.as_bytes()) {
+                let _ = b.problems();
+                if let Ok(u) = Url::parse(&target)
+                    && b.admit("T", &u, "GET", "K", "c").is_ok()
+                {
+                    let bound = Url::parse(&origin).expect("an admitting origin parses");
+                    proptest::prop_assert_eq!(u.host(), bound.host());
+                }
+            }
+        }
+    }
 }
