@@ -173,7 +173,8 @@ fn github_imports_passes_the_gate_builds_and_reimports_unchanged() {
     assert_eq!(files(&out).len(), rows + 1, "the rows and bindings.yaml");
     assert_checks(&out);
 
-    // The one credential the rows use is bound to the origin they call, for them alone.
+    // The one credential the rows use is bound to the origins they call (the document's
+    // server, and the one its release-asset upload names), for them alone.
     let bindings = bindings_of(&out);
     let keys: Vec<String> = report["rows"]
         .as_array()
@@ -186,7 +187,7 @@ fn github_imports_passes_the_gate_builds_and_reimports_unchanged() {
     assert_eq!(
         bindings,
         json!({"credentials": {"GITHUB_TOKEN": {
-            "origins": ["https://api.github.com"],
+            "origins": ["https://api.github.com", "https://uploads.github.com"],
             "keys": sorted,
         }}})
     );
@@ -194,14 +195,23 @@ fn github_imports_passes_the_gate_builds_and_reimports_unchanged() {
     assert!(text.starts_with("# Where each credential"), "{text}");
     assert!(
         text.contains(
-            "  GITHUB_TOKEN:\n    origins: [\"https://api.github.com\"]\n    keys:\n      - GITHUB_"
+            "  GITHUB_TOKEN:\n    origins: [\"https://api.github.com\", \"https://uploads.github.com\"]\n    keys:\n      - GITHUB_"
         ),
         "{text}"
     );
     assert_eq!(
         report["bindings"],
-        json!([{"env": "GITHUB_TOKEN", "origins": ["https://api.github.com"], "rows": rows,
-                "status": "new", "added_origins": ["https://api.github.com"], "added_keys": rows}])
+        json!([{"env": "GITHUB_TOKEN", "origins": ["https://api.github.com", "https://uploads.github.com"],
+                "rows": rows, "status": "new",
+                "added_origins": ["https://api.github.com", "https://uploads.github.com"],
+                "added_keys": rows}])
+    );
+
+    let upload =
+        std::fs::read_to_string(out.join("GITHUB_REPOS_UPLOAD_RELEASE_ASSET.yaml")).expect("row");
+    assert!(
+        upload.contains("target: \"POST https://uploads.github.com/repos/"),
+        "{upload}"
     );
 
     let created = std::fs::read_to_string(out.join("GITHUB_ISSUES_CREATE.yaml")).expect("row");
@@ -357,7 +367,7 @@ fn bindings_are_added_to_never_dropped() {
     );
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("bindings.yaml:"), "{stderr}");
-    assert!(stderr.contains("the bindings do not read"), "{stderr}");
+    assert!(stderr.contains("bindings do not read"), "{stderr}");
     assert_eq!(files(&fresh).len(), 1, "nothing was written");
 }
 
@@ -418,7 +428,11 @@ fn a_newer_github_document_changes_only_what_changed() {
     };
     assert_eq!(pruned["gone"][0]["action"], "deleted");
     assert!(!out.join("GITHUB_ISSUES_UNLOCK.yaml").exists());
-    assert_eq!(files(&out).len(), rows - 1);
+    assert_eq!(
+        files(&out).len(),
+        rows - 1 + 1,
+        "the rows left and bindings.yaml"
+    );
     assert_checks(&out);
 }
 
@@ -479,6 +493,32 @@ fn importing_beside_hand_written_rows_names_the_asks_it_outranks() {
         out.join("GITHUB_ISSUES_CREATE.yaml").exists(),
         "the rows were written"
     );
+    // The bundled bindings: every other credential's as it was, GITHUB_TOKEN's hand-written
+    // row still bound, the imported rows added.
+    let bundled_bindings: Json = serde_yaml::from_str(
+        &std::fs::read_to_string(bundled.join("bindings.yaml")).expect("bundled bindings"),
+    )
+    .expect("yaml");
+    let after = bindings_of(&out);
+    for (env, binding) in bundled_bindings["credentials"]
+        .as_object()
+        .expect("credentials")
+    {
+        if env != "GITHUB_TOKEN" {
+            assert_eq!(&after["credentials"][env], binding, "{env}");
+        }
+    }
+    let github = &after["credentials"]["GITHUB_TOKEN"];
+    assert_eq!(
+        github["origins"],
+        json!(["https://api.github.com", "https://uploads.github.com"])
+    );
+    for key in ["GITHUB_CREATE_ISSUE", "GITHUB_ISSUES_CREATE"] {
+        assert!(
+            github["keys"].as_array().unwrap().contains(&json!(key)),
+            "{key}"
+        );
+    }
 }
 
 #[test]

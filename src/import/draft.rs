@@ -38,6 +38,8 @@ pub struct Draft {
     pub operation: String,
     pub operation_id: Option<String>,
     pub target: String,
+    /// The base URL the target starts with (where its credential goes).
+    pub base: String,
     pub auth: String,
     pub category: String,
     pub sensitive: bool,
@@ -260,6 +262,7 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
         operation: op.label(),
         operation_id: op.id.clone(),
         target,
+        base,
         sensitive: !read_only && !auth.is_empty(),
         auth,
         category,

@@ -19,8 +19,15 @@
 //! stops before writing anything and says which. Rows of the server whose tool is gone are
 //! reported, not deleted. Every row is checked by the gate before it is written; a tool that
 //! would make a failing row is reported and left out.
+//!
+//! A row's credential goes where the catalogue's bindings say, so the import adds to
+//! `bindings.yaml` what its rows need (`import::bindings`): the `auth` variables bound to the
+//! server's endpoint (`scheme://host[:port]/path`) for `--url`, to `stdio:` for `env:` handed
+//! to a server started as a command, for the rows written (`keys:`). Each row is checked with
+//! the bindings as they will be.
 
 use crate::check;
+use crate::import::bindings::{self, Bound, Merged};
 use crate::invoke::egress::Egress;
 use crate::invoke::outcome::Failure;
 use crate::invoke::runner::Environment;
@@ -102,6 +109,9 @@ pub struct Report {
     pub skipped: Vec<Skipped>,
     /// Rows of this server already in the catalogue that this import did not write: (key, tool).
     pub stale: Vec<(String, String)>,
+    /// Per credential the rows use, where they send it and what the import added to its
+    /// binding in `bindings.yaml`.
+    pub bindings: Vec<Bound>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +128,15 @@ pub enum ImportError {
         .0.join("\n  ")
     )]
     Conflicts(Vec<String>),
+    #[error(
+        "{path}:{line}:{col}: the bindings do not read, so the import cannot add the ones its rows need: {message}"
+    )]
+    Bindings {
+        path: String,
+        line: usize,
+        col: usize,
+        message: String,
+    },
     #[error("cannot write {path}: {source}")]
     Write {
         path: String,
@@ -129,11 +148,58 @@ pub enum ImportError {
 pub async fn import(options: &Options) -> Result<Report, ImportError> {
     check_options(options)?;
     let (tools, server) = list(options).await?;
-    let (rows, skipped) = rows_for(&tools, options, &server);
-    let mut report = write(options, rows)?;
+    let existing = bindings_file(&options.out)?;
+    // An unreadable bindings file stops the import before anything is written.
+    merged(existing.as_ref(), options, &[])?;
+    let (rows, skipped) = rows_for(&tools, options, &server, existing.as_ref());
+    let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    let merged = merged(existing.as_ref(), options, &keys)?;
+    let mut report = write(options, rows, merged.write.as_deref())?;
     report.server = server;
     report.skipped = skipped;
+    report.bindings = merged.bound;
     Ok(report)
+}
+
+/// The catalogue's bindings file, if it has one.
+fn bindings_file(dir: &Path) -> Result<Option<SourceFile>, ImportError> {
+    let path = dir.join(crate::row::binding::FILE);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(&path).map_err(|source| ImportError::Read {
+        dir: path.display().to_string(),
+        source,
+    })?;
+    Ok(Some(SourceFile { path, bytes }))
+}
+
+/// Where the rows send their credential: the server's endpoint, or `stdio:`.
+fn destination(server: &McpServer) -> String {
+    match server {
+        McpServer::Stdio { .. } => crate::row::binding::STDIO.to_string(),
+        McpServer::Http { url } => bindings::endpoint_origin(url).unwrap_or_default(),
+    }
+}
+
+/// The catalogue's bindings (`existing`) with the import's credential bound for rows `keys`.
+fn merged(
+    existing: Option<&SourceFile>,
+    options: &Options,
+    keys: &[&str],
+) -> Result<Merged, ImportError> {
+    let to = destination(&options.server);
+    let uses: Vec<bindings::Use> = keys
+        .iter()
+        .flat_map(|key| bindings::uses(&options.auth, &to, key, &options.category))
+        .collect();
+    let path = options.out.join(crate::row::binding::FILE);
+    bindings::merge(existing, &uses, &path).map_err(|e| ImportError::Bindings {
+        path: path.display().to_string(),
+        line: e.line,
+        col: e.col,
+        message: e.message,
+    })
 }
 
 fn check_options(options: &Options) -> Result<(), ImportError> {
@@ -199,11 +265,14 @@ pub struct RowFile {
 }
 
 /// The row of every tool that makes one the gate passes, and why the others make none. Tools
-/// are taken in name order, so colliding keys get the same suffixes on every import.
+/// are taken in name order, so colliding keys get the same suffixes on every import. Each row
+/// is judged with the catalogue's bindings (`bindings`, its `bindings.yaml` if any) and what
+/// the import adds to them for it.
 pub fn rows_for(
     tools: &[ToolSpec],
     options: &Options,
     server: &ServerInfo,
+    bindings: Option<&SourceFile>,
 ) -> (Vec<RowFile>, Vec<Skipped>) {
     let mut tools: Vec<&ToolSpec> = tools.iter().collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -228,10 +297,12 @@ pub fn rows_for(
         let key = unique_key(&key_for(&options.prefix, &tool.name), &used);
         let text = row_text(&key, tool, &schema, options, server);
         let path = options.out.join(format!("{key}.yaml"));
-        let checked = check::check_files(&[SourceFile {
+        let mut files = vec![SourceFile {
             path,
             bytes: text.clone().into_bytes(),
-        }]);
+        }];
+        files.extend(merged(bindings, options, &[&key]).ok().and_then(|m| m.file));
+        let checked = check::check_files(&files);
         let errors: Vec<String> = checked
             .diags
             .iter()
@@ -490,8 +561,13 @@ fn row_text(
     out
 }
 
-/// Write the rows that changed, after making sure none overwrites a row of another source.
-fn write(options: &Options, rows: Vec<RowFile>) -> Result<Report, ImportError> {
+/// Write the rows that changed (and the bindings file, when it changes), after making sure
+/// none overwrites a row of another source.
+fn write(
+    options: &Options,
+    rows: Vec<RowFile>,
+    bindings: Option<&str>,
+) -> Result<Report, ImportError> {
     let dir = &options.out;
     std::fs::create_dir_all(dir).map_err(|source| ImportError::Write {
         path: dir.display().to_string(),
@@ -535,6 +611,9 @@ fn write(options: &Options, rows: Vec<RowFile>) -> Result<Report, ImportError> {
         {
             report.stale.push((key.clone(), tool.clone()));
         }
+    }
+    if let Some(text) = bindings {
+        write_atomically(&dir.join(crate::row::binding::FILE), text.as_bytes())?;
     }
     for row in &rows {
         let path = dir.join(format!("{}.yaml", row.key));
@@ -644,11 +723,43 @@ mod tests {
             tool("a.b", "Second.", json!({})),
             tool("arr", "An array schema.", json!({"type": "array"})),
         ];
-        let (rows, skipped) = rows_for(&tools, &o, &ServerInfo::default());
+        let (rows, skipped) = rows_for(&tools, &o, &ServerInfo::default(), None);
         let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
         assert_eq!(keys, ["EV_A_B", "EV_A_B_2"]);
         assert_eq!(skipped.len(), 1);
         assert_eq!(skipped[0].tool, "arr");
         assert!(rows[1].text.contains("properties: {}"), "{}", rows[1].text);
+    }
+
+    #[test]
+    fn rows_with_a_credential_pass_with_the_binding_the_import_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = options(dir.path());
+        o.auth = "env:EV_VAR".into();
+        let tools = vec![tool("t", "A tool.", json!({}))];
+        let (rows, skipped) = rows_for(&tools, &o, &ServerInfo::default(), None);
+        assert_eq!((rows.len(), skipped.len()), (1, 0), "{skipped:?}");
+        let m = merged(None, &o, &["EV_T"]).unwrap();
+        let text = m.write.expect("a new bindings file");
+        assert!(
+            text.ends_with("  EV_VAR:\n    origins: [\"stdio:\"]\n    keys: [EV_T]\n"),
+            "{text}"
+        );
+        // A binding of the variable for another row gains this row's key, and keeps the other.
+        let other = merged(None, &o, &["OTHER"]).unwrap().file;
+        let (rows, _) = rows_for(&tools, &o, &ServerInfo::default(), other.as_ref());
+        assert_eq!(rows.len(), 1);
+        let m = merged(other.as_ref(), &o, &["EV_T"]).unwrap();
+        assert_eq!(m.bindings.credentials["EV_VAR"].keys, ["EV_T", "OTHER"]);
+
+        o.server = McpServer::Http {
+            url: "https://mcp.example.com/mcp".into(),
+        };
+        o.auth = "bearer:EV_TOKEN".into();
+        let m = merged(None, &o, &["EV_T"]).unwrap();
+        assert_eq!(
+            m.bindings.credentials["EV_TOKEN"].origins,
+            ["https://mcp.example.com/mcp"]
+        );
     }
 }

@@ -12,9 +12,13 @@
 //! bytes are the same), one edited by hand since is kept, an operation gone from the document
 //! is reported (and with `prune`, its row deleted, which the site shows as a tombstone), and a
 //! row written by someone else is never overwritten.
+//!
+//! The catalogue's credential bindings (`bindings.yaml`) gain what the rows need, for review:
+//! each credential they use bound to the base URL they call, for those rows (`bindings`).
 
 pub mod arguments;
 pub mod auth;
+pub mod bindings;
 pub mod docstring;
 pub mod document;
 pub mod draft;
@@ -126,6 +130,9 @@ pub struct Report {
     /// (in rows this import does not write, as a rule: an ask of a hand-written row that new
     /// rows now outrank). The command exits 1 when there are any.
     pub catalogue_problems: Vec<String>,
+    /// Per credential the rows use, where they send it and what the import added to its
+    /// binding in `bindings.yaml`.
+    pub bindings: Vec<bindings::Bound>,
 }
 
 impl Report {
@@ -134,7 +141,8 @@ impl Report {
     }
 }
 
-/// The files to write (name → text) and delete, and the report.
+/// The files to write (name → text; the rows, and `bindings.yaml` when it changes) and
+/// delete, and the report.
 #[derive(Debug, Clone, Default)]
 pub struct Import {
     pub writes: Vec<(String, String)>,
@@ -304,14 +312,35 @@ pub fn import(
         .map(|(d, key)| Planned::new(d, key, &title))
         .collect();
 
+    // The bindings the rows need, merged into the catalogue's: the gate judges every row with
+    // the file the import will write.
+    let binding_file = existing
+        .iter()
+        .find(|f| f.file_name() == crate::row::binding::FILE);
+    let merge = |rows: &[Planned]| {
+        let uses: Vec<bindings::Use> = rows.iter().flat_map(Planned::uses).collect();
+        bindings::merge(binding_file, &uses, &dir.join(crate::row::binding::FILE)).map_err(|e| {
+            DocumentError {
+                origin: binding_file.map_or_else(String::new, |f| f.path.display().to_string()),
+                line_col: Some((e.line, e.col)),
+                pointer: None,
+                message: format!(
+                    "the catalogue's bindings do not read, so the import cannot add the ones its rows need: {}",
+                    e.message
+                ),
+            }
+        })
+    };
+    let merged = merge(&rows)?;
+
     // Each row passes the gate on its own; one that does not is drafted again without the
     // document's examples and prose (secret-shaped text hides there), else not imported.
-    let failing = plan::self_check(&rows, dir);
+    let failing = plan::self_check(&rows, merged.file.as_ref(), dir);
     for &i in failing.keys() {
         rows[i].draft.without_prose();
         rows[i].render(&title);
     }
-    let still = plan::self_check(&rows, dir);
+    let still = plan::self_check(&rows, merged.file.as_ref(), dir);
     let mut kept = Vec::new();
     for (i, row) in rows.into_iter().enumerate() {
         match still.get(&i) {
@@ -345,6 +374,9 @@ pub fn import(
         }
     }
     let mut rows = kept;
+    // Bound for the rows kept alone.
+    let merged = merge(&rows)?;
+    report.bindings = merged.bound.clone();
 
     // Rows edited by hand since they were imported stay as they are (unless forced).
     // (Keys were chosen around files this document did not write, so any file under a row's
@@ -397,9 +429,20 @@ pub fn import(
     }
 
     // The catalogue as it will be, for the cross-row rules and the asks gate.
-    plan::asks_gate(&mut rows, existing, &deletes, dir, &title, &mut report);
+    plan::asks_gate(
+        &mut rows,
+        existing,
+        &deletes,
+        merged.file.as_ref(),
+        dir,
+        &title,
+        &mut report,
+    );
 
     let mut writes = Vec::new();
+    if let Some(text) = merged.write {
+        writes.push((crate::row::binding::FILE.to_string(), text));
+    }
     for row in rows {
         let status = match &row.existing {
             _ if row.edited => Status::KeptEdited,

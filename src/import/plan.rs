@@ -1,9 +1,10 @@
 //! The rows an import proposes, each with its key and file text, through the gate: each row
 //! on its own first, then the catalogue as it will be, asks included (an ask the search does
-//! not answer with its row is left out), compared with the catalogue as it was.
+//! not answer with its row is left out), compared with the catalogue as it was. The gate
+//! judges the rows' credentials with the bindings file the import will write.
 
 use crate::import::draft::Draft;
-use crate::import::{Note, Report, provenance};
+use crate::import::{Note, Report, bindings, provenance};
 use crate::row::catalogue::SourceFile;
 use crate::row::diag::Diagnostic;
 use crate::row::{Row, parse_row};
@@ -39,6 +40,12 @@ impl Planned {
         self.text = provenance::file_text(title, &self.draft.operation, &body);
     }
 
+    /// The credentials this row uses and where it sends them.
+    pub fn uses(&self) -> Vec<bindings::Use> {
+        let origin = bindings::base_origin(&self.draft.base).unwrap_or_default();
+        bindings::uses(&self.draft.auth, &origin, &self.key, &self.draft.category)
+    }
+
     fn file(&self, dir: &Path) -> SourceFile {
         SourceFile {
             path: dir.join(format!("{}.yaml", self.key)),
@@ -47,10 +54,17 @@ impl Planned {
     }
 }
 
-/// The gate's errors for each row on its own, by index.
-pub(super) fn self_check(rows: &[Planned], dir: &Path) -> BTreeMap<usize, Vec<String>> {
+/// The gate's errors for each row on its own (with `bindings`, the bindings file as the
+/// import will write it), by index.
+pub(super) fn self_check(
+    rows: &[Planned],
+    bindings: Option<&SourceFile>,
+    dir: &Path,
+) -> BTreeMap<usize, Vec<String>> {
     let files: Vec<SourceFile> = rows.iter().map(|r| r.file(dir)).collect();
-    let checked = crate::check::check_files(&files);
+    let mut all = files.clone();
+    all.extend(bindings.cloned());
+    let checked = crate::check::check_files(&all);
     let index: BTreeMap<PathBuf, usize> = files
         .iter()
         .enumerate()
@@ -72,10 +86,12 @@ pub(super) fn self_check(rows: &[Planned], dir: &Path) -> BTreeMap<usize, Vec<St
 /// Check the catalogue as it will be and keep only the asks the search answers: an ask of a
 /// new row that does not find it in the top `ASK_TOP` is left out (and the gate run again,
 /// since asks are searched text too). Problems the import causes elsewhere are reported.
+/// `bindings` is the bindings file as the import will write it, in place of the catalogue's.
 pub(super) fn asks_gate(
     rows: &mut [Planned],
     existing: &[SourceFile],
     deletes: &[String],
+    bindings: Option<&SourceFile>,
     dir: &Path,
     title: &str,
     report: &mut Report,
@@ -85,12 +101,14 @@ pub(super) fn asks_gate(
         .filter(|r| !r.edited)
         .map(|r| format!("{}.yaml", r.key))
         .chain(deletes.iter().cloned())
+        .chain(bindings.map(|_| crate::row::binding::FILE.to_string()))
         .collect();
     let mut files: Vec<SourceFile> = existing
         .iter()
         .filter(|f| !replaced.contains(f.file_name()))
         .cloned()
         .collect();
+    files.extend(bindings.cloned());
     let first_new = files.len();
     files.extend(rows.iter().filter(|r| !r.edited).map(|r| r.file(dir)));
     let checked = crate::check::check_files(&files);
