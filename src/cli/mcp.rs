@@ -25,6 +25,8 @@ pub(super) struct Args {
     /// Where breaker state lives; default `$CAPDIR_DATA`, else `data`.
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
+    #[command(flatten)]
+    egress: super::EgressArgs,
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -36,8 +38,9 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let settings =
+        let mut settings =
             super::serve::settings(&a.site, &a.ledger.url, a.base_url, a.data, options).await?;
+        a.egress.apply(&mut settings.config)?;
         let state = AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
         mcp::stdio::serve(state).await?;
