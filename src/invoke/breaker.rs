@@ -312,17 +312,32 @@ impl SqliteStore {
         let conn = Connection::open(&self.path).map_err(|e| e.to_string())?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
-        conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))
-            .map_err(|e| e.to_string())?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS breaker (
-                name TEXT PRIMARY KEY,
-                failures INTEGER NOT NULL,
-                open_until INTEGER
-            )",
-        )
-        .map_err(|e| e.to_string())?;
-        Ok(conn)
+        // Two stores opening a new state file at once race to switch it to WAL, and SQLite
+        // answers the loser SQLITE_BUSY at once, without its busy handler: try again.
+        let mut tries = 0;
+        loop {
+            let set_up = conn
+                .query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))
+                .and_then(|_| {
+                    conn.execute_batch(
+                        "CREATE TABLE IF NOT EXISTS breaker (
+                            name TEXT PRIMARY KEY,
+                            failures INTEGER NOT NULL,
+                            open_until INTEGER
+                        )",
+                    )
+                });
+            match set_up {
+                Ok(()) => return Ok(conn),
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy && tries < 100 =>
+                {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
     }
 }
 
