@@ -447,7 +447,9 @@ async fn a_redirect_never_carries_a_credential_to_another_origin() {
         )
         .await;
         assert!(
-            said(&v).contains("redirect to another origin not followed"),
+            said(&v).contains(
+                "redirect not followed (another origin, or outside the credential's binding)"
+            ),
             "{v}"
         );
     }
@@ -849,4 +851,50 @@ async fn the_write_api_refuses_the_token_cases() {
         .expect("response");
     assert_eq!(res.status().as_u16(), 201);
     assert_ne!(head(), before);
+}
+
+/// A credentialed request follows a redirect on its origin only where the binding admits the
+/// next URL: out of the bound path prefix it stops, inside it goes on.
+#[tokio::test]
+async fn a_credentialed_redirect_stays_inside_its_binding() {
+    let (out, out_seen) = capture_at("127.0.0.1:0", Some("/elsewhere/stolen".into())).await;
+    let (inside, inside_seen) = capture_at("127.0.0.1:0", Some("/bound/next".into())).await;
+    let row = |key: &str, addr: SocketAddr| {
+        common::row_with(
+            key,
+            "http",
+            &format!("GET http://{addr}/bound/redirect"),
+            "",
+            json!({"auth": "bearer:BOUND_TOKEN"}),
+        )
+    };
+    let bindings = capdir::row::binding::Bindings::parse(
+        format!(
+            "credentials:\n  BOUND_TOKEN:\n    origins: [\"http://{out}/bound/\", \"http://{inside}/bound/\"]\n"
+        )
+        .as_bytes(),
+    )
+    .expect("bindings");
+    let inv = common::invoker_with(
+        vec![row("OUT_ROW", out), row("IN_ROW", inside)],
+        capdir::invoke::InvokerConfig {
+            env: capdir::invoke::runner::Environment::fixed(SECRETS),
+            bindings: Arc::new(bindings),
+            egress: Egress::loopback(),
+            ..Default::default()
+        },
+    );
+    let o = common::call(&inv, "OUT_ROW", "").await;
+    assert!(o.output.contains("redirect not followed"), "{}", o.output);
+    assert_eq!(
+        out_seen.count(),
+        1,
+        "only the first request: {}",
+        out_seen.all()
+    );
+    let o = common::call(&inv, "IN_ROW", "").await;
+    assert_eq!(o.output, "HTTP 200:captured");
+    let seen = inside_seen.all();
+    assert_eq!(inside_seen.count(), 2, "{seen}");
+    assert!(seen.contains("/bound/next") && seen.contains("bound-secret-5d1e77"));
 }

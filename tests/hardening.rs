@@ -533,6 +533,55 @@ async fn mcp_sessions_are_bound_to_who_opened_them() {
         StatusCode::NOT_FOUND,
         "the flood evicted its own oldest session"
     );
+    // Anonymous callers from many addresses share one pool: the earliest anonymous session
+    // goes once it is full, and the owner's stays.
+    let (_, headers, _) = send(&s, mcp_request(INITIALIZE, None, None, "10.9.0.1:5")).await;
+    let earliest = headers["mcp-session-id"].to_str().unwrap().to_string();
+    for i in 0..2600u32 {
+        let peer = format!("10.{}.{}.{}:5", 10 + i / 65536, (i / 256) % 256, i % 256);
+        let (status, _, _) = send(&s, mcp_request(INITIALIZE, None, None, &peer)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (status, _, _) = send(
+        &s,
+        mcp_request(TOOLS_LIST, None, Some(&earliest), "10.9.0.1:5"),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "the anonymous pool is bounded"
+    );
+    let (status, _, _) = send(
+        &s,
+        mcp_request(TOOLS_LIST, Some(OWNER), Some(&sid), "127.0.0.1:1000"),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the owner's session survives them all"
+    );
+}
+
+/// A model that names keys no row has still spends the tree's budget.
+#[tokio::test]
+async fn tags_of_unknown_keys_spend_the_budget() {
+    let reply = "[NOPE_ONE]x[/NOPE_ONE] [NOPE_TWO]x[/NOPE_TWO] [NOPE_THREE]x[/NOPE_THREE] [SHA_TOOL]x[/SHA_TOOL]";
+    let (f, _, model) = fixture(reply).await;
+    let mut s = settings(&f, &model);
+    s.tree_budget = TreeBudget {
+        calls: 3,
+        ..TreeBudget::default()
+    };
+    let s = AppState::new(s).expect("state");
+    let (_, v) = invoke(&s, Some(OWNER), "ROUTING_AGENT", "go").await;
+    // The three unknown keys spent three calls: the fourth tag, a real row, is refused.
+    let said = v.to_string();
+    assert!(
+        said.contains("ERR:unknown_key:NOPE_THREE") && said.contains("SHA_TOOL:budget:calls"),
+        "{said}"
+    );
 }
 
 /// `/metrics` tells what the dispatcher runs: the owner's to read, unless served in public.
@@ -591,6 +640,13 @@ async fn keyless_confirms_are_limited_per_address() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["error"]["code"], "rate_limited");
     assert!(headers.contains_key("retry-after"));
+    // A credential that does not hold lifts nothing.
+    assert_eq!(
+        send(&s, confirm("127.0.0.5:4", Some("not-the-owner-key")))
+            .await
+            .0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
     assert_eq!(
         send(&s, confirm("127.0.0.6:1", None)).await.0,
         StatusCode::OK

@@ -372,7 +372,7 @@ async fn redirect_to_another_origin_is_not_followed() {
     let o = call(&inv, "AWAY", "").await;
     assert!(
         o.output
-            .starts_with("ERR:http:307:redirect to another origin not followed"),
+            .starts_with("ERR:http:307:redirect not followed (another origin"),
         "{}",
         o.output
     );

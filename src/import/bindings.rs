@@ -185,6 +185,16 @@ pub fn merge(
         }
         let b = bindings.credentials.entry(u.env.clone()).or_default();
         let fresh = b.origins.is_empty() && b.keys.is_empty() && b.categories.is_empty();
+        let every_row = b.keys.is_empty() && b.categories.is_empty();
+        if original.credentials.contains_key(&u.env)
+            && every_row
+            && !admits_origin(b, &u.env, &u.origin)
+        {
+            // The owner let every row send this credential to its origins: a new origin there
+            // would let every row send it to a host the document chose. The binding is left
+            // as it is; the gate refuses the imported row (origin_not_bound), for review.
+            continue;
+        }
         if !admits_origin(b, &u.env, &u.origin) {
             b.origins.push(u.origin.clone());
             report.added_origins.push(u.origin.clone());

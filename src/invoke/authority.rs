@@ -15,6 +15,11 @@ pub trait Authority: Send + Sync {
     /// message))` refuses it, `reason` being the gate's literal reason (`risk_ceiling:low`,
     /// `anonymous`, `budget:calls`, …).
     fn admit(&self, step: &Callable, via: Via, input: &str) -> Result<(), (String, String)>;
+    /// May a nested call of a key no row has be attempted (it fails as `unknown_key`)? Only
+    /// the budget is asked: a model naming keys that do not exist still spends it.
+    fn admit_unknown(&self) -> Result<(), (String, String)> {
+        Ok(())
+    }
     /// A fresh receipt id for a nested call about to run (its children name it as parent).
     fn new_id(&self) -> String;
     /// Keep a nested call's receipt, in the order the calls end; the top-level call's own

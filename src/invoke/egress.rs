@@ -71,7 +71,23 @@ fn kind_v4(ip: Ipv4Addr) -> Kind {
 }
 
 fn kind_v6(ip: Ipv6Addr) -> Kind {
-    let first = ip.segments()[0];
+    let seg = ip.segments();
+    let first = seg[0];
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    // NAT64 (64:ff9b::/96), 6to4 (2002::/16) and IPv4-compatible (::a.b.c.d) addresses
+    // reach the IPv4 address they carry.
+    if seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return kind_v4(v4(seg[6], seg[7]));
+    }
+    if first == 0x2002 {
+        return kind_v4(v4(seg[1], seg[2]));
+    }
+    if seg[..6] == [0; 6] && !ip.is_loopback() && !ip.is_unspecified() {
+        return kind_v4(v4(seg[6], seg[7]));
+    }
+    if first & 0xffc0 == 0xfec0 {
+        return Kind::Other;
+    }
     if ip.is_loopback() || ip.is_unspecified() {
         Kind::Loopback
     } else if first & 0xfe00 == 0xfc00 {
@@ -283,6 +299,10 @@ mod tests {
             "::ffff:169.254.169.254",
             "224.0.0.1",
             "255.255.255.255",
+            "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::1",
+            "::7f00:1",
+            "fec0::1",
         ] {
             assert!(!e.allows(ip(refused)), "{refused}");
         }

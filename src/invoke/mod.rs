@@ -88,7 +88,7 @@ struct Inner {
     breaker: Breaker,
     env: Environment,
     search: Option<Arc<crate::search::Searcher>>,
-    bindings: Arc<crate::row::binding::Bindings>,
+    bindings: Arc<crate::row::binding::Layered>,
 }
 
 /// Runs rows of one `RowSet`. Cheap to clone; share one per process.
@@ -115,10 +115,10 @@ impl Invoker {
             Arc::new(FlowRunner),
             Arc::new(McpRunner::new(config.mcp, config.egress.clone())),
         ];
-        let bindings = match &config.narrowing {
-            Some(n) => Arc::new(config.bindings.narrowed_by(n)),
-            None => config.bindings,
-        };
+        let bindings = Arc::new(crate::row::binding::Layered {
+            catalogue: (*config.bindings).clone(),
+            narrowing: config.narrowing.as_deref().cloned(),
+        });
         Ok(Invoker {
             inner: Arc::new(Inner {
                 rows,
@@ -132,7 +132,7 @@ impl Invoker {
     }
 
     /// Where each credential may go, as this invoker enforces it.
-    pub fn bindings(&self) -> &crate::row::binding::Bindings {
+    pub fn bindings(&self) -> &crate::row::binding::Layered {
         &self.inner.bindings
     }
 

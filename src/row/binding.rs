@@ -312,90 +312,39 @@ impl Bindings {
         }
         Ok(binding)
     }
+}
 
-    /// What both allow: a credential both bind, to the origins both admit (each origin of
-    /// `self` kept when `narrower` admits it too), with the methods and rows both allow. How
-    /// an operator narrows the catalogue's bindings without a commit.
-    pub fn narrowed_by(&self, narrower: &Bindings) -> Bindings {
-        let mut credentials = BTreeMap::new();
-        for (env, ours) in &self.credentials {
-            let Some(theirs) = narrower.credentials.get(env) else {
-                continue;
-            };
-            let admitted_by = |b: &Binding, o: &str| {
-                o.trim() == STDIO && b.origins.iter().any(|x| x.trim() == STDIO)
-                    || Url::parse(o.trim()).is_ok_and(|u| {
-                        b.origins
-                            .iter()
-                            .filter_map(|x| parse_origin(x).ok())
-                            .any(|x| x.admits(&u))
-                    })
-            };
-            let mut origins: Vec<String> = ours
-                .origins
-                .iter()
-                .filter(|o| admitted_by(theirs, o))
-                .cloned()
-                .collect();
-            origins.extend(
-                theirs
-                    .origins
-                    .iter()
-                    .filter(|o| admitted_by(ours, o) && !origins.contains(o))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
-            // The narrower of two prefixes is what both admit: keep only origins both admit.
-            origins.retain(|o| admitted_by(ours, o) && admitted_by(theirs, o));
-            if origins.is_empty() {
-                continue;
-            }
-            let both = |a: &[String], b: &[String]| -> Vec<String> {
-                match (a.is_empty(), b.is_empty()) {
-                    (true, _) => b.to_vec(),
-                    (_, true) => a.to_vec(),
-                    _ => a.iter().filter(|x| b.contains(x)).cloned().collect(),
-                }
-            };
-            let methods = both(&ours.methods, &theirs.methods);
-            if !ours.methods.is_empty() && !theirs.methods.is_empty() && methods.is_empty() {
-                continue;
-            }
-            // Rows: each side's list narrows; a side that lists none allows every row.
-            let rows_of = |b: &Binding| (b.keys.clone(), b.categories.clone());
-            let (ours_rows, theirs_rows) = (rows_of(ours), rows_of(theirs));
-            let (keys, categories) = match (
-                ours_rows.0.is_empty() && ours_rows.1.is_empty(),
-                theirs_rows.0.is_empty() && theirs_rows.1.is_empty(),
-            ) {
-                (true, _) => theirs_rows,
-                (_, true) => ours_rows,
-                _ => (
-                    ours_rows
-                        .0
-                        .iter()
-                        .filter(|k| theirs_rows.0.contains(k))
-                        .cloned()
-                        .collect(),
-                    ours_rows
-                        .1
-                        .iter()
-                        .filter(|c| theirs_rows.1.contains(c))
-                        .cloned()
-                        .collect(),
-                ),
-            };
-            credentials.insert(
-                env.clone(),
-                Binding {
-                    origins,
-                    methods,
-                    keys,
-                    categories,
-                },
-            );
+/// The catalogue's bindings and an operator's narrowing of them (`serve --bindings`): a
+/// credential goes where both allow. Judged layer by layer, so no merge can widen what
+/// either allows (a narrowing to other rows than the catalogue's allows none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layered {
+    pub catalogue: Bindings,
+    pub narrowing: Option<Bindings>,
+}
+
+impl Layered {
+    pub fn admit(
+        &self,
+        env: &str,
+        url: &Url,
+        method: &str,
+        key: &str,
+        category: &str,
+    ) -> Result<(), Refusal> {
+        self.catalogue.admit(env, url, method, key, category)?;
+        match &self.narrowing {
+            Some(n) => n.admit(env, url, method, key, category),
+            None => Ok(()),
         }
-        Bindings { credentials }
+    }
+
+    pub fn admit_stdio(&self, env: &str, key: &str, category: &str) -> Result<(), Refusal> {
+        self.catalogue.admit_stdio(env, key, category)?;
+        match &self.narrowing {
+            Some(n) => n.admit_stdio(env, key, category),
+            None => Ok(()),
+        }
     }
 }
 
@@ -557,29 +506,67 @@ mod tests {
     fn an_operator_narrows_and_never_widens() {
         let ours = bindings(GH);
         let theirs = bindings(
-            "credentials:\n  GITHUB_TOKEN:\n    origins: [\"https://api.github.com/repos/acme/\"]\n    methods: [GET]\n  EXTRA:\n    origins: [\"https://x.example\"]\n",
+            "credentials:\n  GITHUB_TOKEN:\n    origins: [\"https://api.github.com/repos/acme/\"]\n    methods: [GET]\n    keys: [GH_ROW]\n  EXTRA:\n    origins: [\"https://x.example\"]\n",
         );
-        let both = ours.narrowed_by(&theirs);
-        assert!(
-            !both.credentials.contains_key("LOCAL_KEY"),
-            "not in the operator's"
-        );
-        assert!(
-            !both.credentials.contains_key("EXTRA"),
-            "not in the catalogue's"
-        );
-        let ok = |u: &str, m: &str| {
-            both.admit("GITHUB_TOKEN", &url(u), m, "R", "code")
+        let both = Layered {
+            catalogue: ours,
+            narrowing: Some(theirs),
+        };
+        let ok = |u: &str, m: &str, key: &str, cat: &str| {
+            both.admit("GITHUB_TOKEN", &url(u), m, key, cat)
                 .map_err(|r| r.code)
         };
-        assert_eq!(ok("https://api.github.com/repos/acme/x", "GET"), Ok(()));
         assert_eq!(
-            ok("https://api.github.com/repos/other/x", "GET"),
+            ok(
+                "https://api.github.com/repos/acme/x",
+                "GET",
+                "GH_ROW",
+                "code"
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            ok(
+                "https://api.github.com/repos/other/x",
+                "GET",
+                "GH_ROW",
+                "code"
+            ),
             Err("origin_not_bound")
         );
         assert_eq!(
-            ok("https://api.github.com/repos/acme/x", "POST"),
+            ok(
+                "https://api.github.com/repos/acme/x",
+                "POST",
+                "GH_ROW",
+                "code"
+            ),
             Err("method_not_bound")
+        );
+        // The catalogue lets every `code` row, the operator one key: only that key, and a
+        // row of neither list is refused (no merge of the two lists widens them).
+        assert_eq!(
+            ok(
+                "https://api.github.com/repos/acme/x",
+                "GET",
+                "OTHER",
+                "code"
+            ),
+            Err("row_not_bound")
+        );
+        let code = |env: &str, u: &str| {
+            both.admit(env, &url(u), "GET", "GH_ROW", "code")
+                .map_err(|r| r.code)
+        };
+        assert_eq!(
+            code("EXTRA", "https://x.example/"),
+            Err("unbound_credential"),
+            "not in the catalogue's"
+        );
+        assert_eq!(
+            code("LOCAL_KEY", "http://127.0.0.1:9000/v1/x"),
+            Err("unbound_credential"),
+            "not in the operator's"
         );
     }
 

@@ -261,7 +261,11 @@ pub(super) fn limit_keyless(
     headers: &HeaderMap,
     extensions: &axum::http::Extensions,
 ) -> Result<(), ApiError> {
-    if crate::serve::sent_credential(headers).is_some() {
+    // Only a credential that holds counts: any header at all would otherwise lift the limit.
+    if matches!(
+        authenticate(state.keys(), headers),
+        Ok(Caller::Owner | Caller::Token(_))
+    ) {
         return Ok(());
     }
     let Some(ip) = crate::serve::peer(extensions) else {

@@ -90,7 +90,13 @@ fn read_inside(root: &Path, rel: &Path) -> Option<(PathBuf, Vec<u8>)> {
     let root = std::fs::canonicalize(root).ok()?;
     let inside = |p: &Path| -> Option<(PathBuf, std::fs::Metadata)> {
         let canonical = std::fs::canonicalize(p).ok()?;
-        if !canonical.starts_with(&root) {
+        // Inside the root, and every name on the way a plain one as the request's must be:
+        // a link named `page.html` that resolves to a ledger or a dotfile is not served.
+        let rest = canonical.strip_prefix(&root).ok()?;
+        if !rest
+            .components()
+            .all(|c| c.as_os_str().to_str().is_some_and(plain_name))
+        {
             return None;
         }
         let meta = std::fs::metadata(&canonical).ok()?;
@@ -414,5 +420,21 @@ mod tests {
         assert!(inside.to_string().contains("token key"), "{inside}");
         assert!(data_outside_site(&site, &site.join("..").join("site").join("d")).is_err());
         assert!(data_outside_site(&site, &dir.path().join("data")).is_ok());
+    }
+
+    #[test]
+    fn a_link_inside_the_site_is_served_only_as_what_it_resolves_to() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let site = dir.path();
+        std::fs::write(site.join("real.html"), "page").unwrap();
+        std::fs::write(site.join("catalogue.sqlite"), "ledger-like").unwrap();
+        std::fs::write(site.join(".hidden"), "dot").unwrap();
+        std::os::unix::fs::symlink(site.join("real.html"), site.join("alias.html")).unwrap();
+        std::os::unix::fs::symlink(site.join("catalogue.sqlite"), site.join("x.html")).unwrap();
+        std::os::unix::fs::symlink(site.join(".hidden"), site.join("y.html")).unwrap();
+        let read = |rel: &str| read_inside(site, Path::new(rel)).map(|(_, b)| b);
+        assert_eq!(read("alias.html"), Some(b"page".to_vec()));
+        assert_eq!(read("x.html"), None, "a link to a SQLite file");
+        assert_eq!(read("y.html"), None, "a link to a dotfile");
     }
 }

@@ -91,7 +91,9 @@ fn sends_of(row: &Row) -> Option<token::Sends> {
     use crate::row::binding::Destination;
     let credential = crate::row::credential::Credential::parse(&row.auth).ok()??;
     let to = match crate::row::binding::destination_of(row) {
-        Some(Destination::Http { origin, .. }) => origin.origin().ascii_serialization(),
+        Some(Destination::Http { origin, method }) => {
+            format!("{method} {}", origin.origin().ascii_serialization())
+        }
         Some(Destination::Stdio) => format!("stdio:{}", row.target.trim()),
         Some(Destination::Model) | None => format!("model:{}", row.target.trim()),
     };

@@ -46,6 +46,10 @@ impl Default for HttpConfig {
 
 pub struct HttpRunner {
     client: reqwest::Client,
+    /// For requests that carry a credential: no redirect is followed, so the binding judged
+    /// for the first URL is the only one the credential reaches (a hop on the same origin
+    /// could leave a path prefix or change the method).
+    credentialed: reqwest::Client,
     config: HttpConfig,
     egress: Egress,
 }
@@ -66,6 +70,8 @@ pub fn row_client(
 ) -> Result<reqwest::Client, String> {
     builder(connect_timeout, timeout)
         .dns_resolver(Resolver::shared(egress))
+        // A proxy from the environment would resolve the target itself, past the resolver.
+        .no_proxy()
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
@@ -96,6 +102,12 @@ impl HttpRunner {
     pub fn new(config: HttpConfig, egress: Egress) -> Result<HttpRunner, String> {
         Ok(HttpRunner {
             client: row_client(config.connect_timeout, config.timeout, &egress)?,
+            credentialed: builder(config.connect_timeout, config.timeout)
+                .redirect(reqwest::redirect::Policy::none())
+                .dns_resolver(Resolver::shared(&egress))
+                .no_proxy()
+                .build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))?,
             config,
             egress,
         })
@@ -292,7 +304,60 @@ pub(super) fn apply_credential(
     Ok(())
 }
 
+/// Why a hop of a credentialed request did not happen.
+enum Hop {
+    Fetch(reqwest::Error),
+    Refused(Failure),
+}
+
 impl HttpRunner {
+    /// Send a request that carries a credential, following a redirect only within the same
+    /// origin and only where the credential's binding admits the next URL with the next
+    /// method (a hop could otherwise leave a bound path prefix, or turn a GET into a POST);
+    /// any other redirect comes back as the answer. At most 5 hops.
+    async fn send_credentialed(
+        &self,
+        call: &Call<'_>,
+        p: &Prepared,
+    ) -> Result<reqwest::Response, Hop> {
+        let (mut method, mut url, mut body) = (p.method.clone(), p.url.clone(), p.body.clone());
+        let credential = match &call.callable.credential {
+            Ok(Some(c)) => c,
+            _ => return Err(Hop::Refused(Failure::new("auth:bad", "no credential"))),
+        };
+        for hop in 0.. {
+            let mut req = self
+                .credentialed
+                .request(method.clone(), url.clone())
+                .headers(p.headers.clone());
+            if let Some(b) = &body {
+                req = req.body(b.clone());
+            }
+            let resp = req.send().await.map_err(Hop::Fetch)?;
+            let status = resp.status();
+            let next = resp
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| url.join(l).ok());
+            let Some(next) =
+                next.filter(|n| status.is_redirection() && hop < 5 && n.origin() == url.origin())
+            else {
+                return Ok(resp);
+            };
+            // 307 and 308 keep the method and body; the others become a GET without one.
+            if !matches!(status.as_u16(), 307 | 308) {
+                method = Method::GET;
+                body = None;
+            }
+            if super::admit_credential(call, credential, Some((&next, method.as_str()))).is_err() {
+                return Ok(resp);
+            }
+            url = next;
+        }
+        unreachable!("the loop returns by the fifth hop")
+    }
+
     async fn request(&self, call: Call<'_>) -> Result<Ran, Failure> {
         let p = prepare(&call)?;
         self.egress
@@ -303,12 +368,9 @@ impl HttpRunner {
             Some(name) => Some((name.as_str(), breaker.admit(name).await?)),
             None => None,
         };
-        let mut req = self.client.request(p.method, p.url).headers(p.headers);
-        if let Some(body) = p.body {
-            req = req.body(body);
-        }
+        let credentialed = p.credential_name.is_some();
         let cfg = &self.config;
-        let mut resp = req.send().await.map_err(|e| {
+        let fetch_failed = |e: reqwest::Error| {
             if let Some(why) = crate::invoke::egress::refusal_in(&e) {
                 return Failure::new("egress:refused", why);
             }
@@ -319,7 +381,24 @@ impl HttpRunner {
                     &p.secrets,
                 ),
             )
-        })?;
+        };
+        let mut resp = if credentialed {
+            self.send_credentialed(&call, &p)
+                .await
+                .map_err(|e| match e {
+                    Hop::Fetch(e) => fetch_failed(e),
+                    Hop::Refused(f) => f,
+                })?
+        } else {
+            let mut req = self
+                .client
+                .request(p.method.clone(), p.url.clone())
+                .headers(p.headers.clone());
+            if let Some(body) = &p.body {
+                req = req.body(body.clone());
+            }
+            req.send().await.map_err(fetch_failed)?
+        };
         let status = resp.status();
         if let Some((name, before)) = admitted {
             breaker.record(name, status.as_u16(), before).await;
@@ -358,10 +437,12 @@ impl HttpRunner {
             if status.is_redirection()
                 && let Some(loc) = resp.headers().get(reqwest::header::LOCATION)
             {
-                detail = format!(
-                    "redirect to another origin not followed: {}",
-                    String::from_utf8_lossy(loc.as_bytes())
-                );
+                let why = if credentialed {
+                    "redirect not followed (another origin, or outside the credential's binding)"
+                } else {
+                    "redirect to another origin not followed"
+                };
+                detail = format!("{why}: {}", String::from_utf8_lossy(loc.as_bytes()));
             }
             Ok(Ran {
                 result: Err(Failure::new(

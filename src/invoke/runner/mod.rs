@@ -97,7 +97,10 @@ pub async fn run_nested(
     let id = authority.new_id();
     let started_at = now_rfc3339();
     let started = std::time::Instant::now();
-    let admitted = callable.map_or(Ok(()), |c| authority.admit(c, via, shown));
+    let admitted = match callable {
+        Some(c) => authority.admit(c, via, shown),
+        None => authority.admit_unknown(),
+    };
     let refused = admitted.is_err();
     let outcome = match admitted {
         Ok(()) => {

@@ -109,6 +109,11 @@ fn accepts(headers: &HeaderMap, wanted: &str) -> bool {
 /// per peer address, so one cannot use up or end another's.
 fn holder(caller: &Caller, extensions: &axum::http::Extensions) -> String {
     match (caller, crate::serve::peer(extensions)) {
+        // An IPv6 client holds a /64 of addresses: the network is the holder.
+        (Caller::Anonymous, Some(std::net::IpAddr::V6(v6))) => {
+            let s = v6.segments();
+            format!("anonymous@{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
         (Caller::Anonymous, Some(ip)) => format!("anonymous@{ip}"),
         _ => caller.actor(),
     }

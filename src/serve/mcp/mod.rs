@@ -44,6 +44,10 @@ const MAX_SESSIONS: usize = 10_000;
 /// Sessions one holder (a credential; anonymous callers per address) may keep open at once.
 const MAX_SESSIONS_PER_HOLDER: usize = 64;
 
+/// Sessions all anonymous holders together may keep: past it the longest idle anonymous one
+/// ends, so anonymous callers from many addresses never fill the table credentials need.
+const MAX_ANONYMOUS_SESSIONS: usize = MAX_SESSIONS / 4;
+
 /// Which view of the catalogue the tools are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Projection {
@@ -189,6 +193,21 @@ impl Endpoint {
             && let Some(s) = sessions.remove(&oldest)
         {
             s.close_stream();
+        }
+        if holder.starts_with("anonymous") {
+            let anonymous: Vec<(&String, &Arc<Session>)> = sessions
+                .iter()
+                .filter(|(_, s)| s.holder.starts_with("anonymous"))
+                .collect();
+            if anonymous.len() >= MAX_ANONYMOUS_SESSIONS
+                && let Some(oldest) = anonymous
+                    .iter()
+                    .max_by_key(|(_, s)| s.idle())
+                    .map(|(k, _)| (*k).clone())
+                && let Some(s) = sessions.remove(&oldest)
+            {
+                s.close_stream();
+            }
         }
         if sessions.len() >= MAX_SESSIONS {
             sessions.retain(|_, s| {

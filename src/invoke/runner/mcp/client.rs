@@ -181,6 +181,8 @@ impl Connection {
         let client = reqwest::Client::builder()
             .user_agent(USER_AGENT)
             .dns_resolver(crate::invoke::egress::Resolver::shared(egress))
+            // A proxy from the environment would resolve the target itself, past the resolver.
+            .no_proxy()
             .connect_timeout(timeout)
             // A credential in a header must not follow a redirect to another host.
             .redirect(reqwest::redirect::Policy::none())
