@@ -461,24 +461,34 @@ async fn a_redirect_never_carries_a_credential_to_another_origin() {
     );
 }
 
+/// Another dispatcher over the matrix's site (a ledger of its own), with `narrowing`; what
+/// it answers the bound control row.
+async fn control_on_another_dispatcher(
+    m: &Matrix,
+    ledger: &str,
+    narrowing: Option<capdir::row::binding::Bindings>,
+) -> Json {
+    let ledger = SqliteLedger::open(&m._f.dir.path().join(ledger)).expect("ledger");
+    let mut s = Settings::new(m._f.site(), Arc::new(ledger));
+    s.owner_key = Some(OWNER.into());
+    s.config.env = capdir::invoke::runner::Environment::fixed(SECRETS);
+    s.config.egress = Egress::parse("127.0.0.1/32").expect("egress");
+    s.config.narrowing = narrowing.map(Arc::new);
+    let state = AppState::new(s).expect("state");
+    send(
+        &state,
+        "/api/dispatch",
+        json!({"key": "CONTROL_F0", "body": "x"}),
+    )
+    .await
+}
+
 /// A site built by an older capdir carries no bindings: nothing is bound, no credential read.
 #[tokio::test]
 async fn a_site_without_bindings_sends_no_credential() {
     let m = matrix().await;
     std::fs::remove_file(m._f.site().join("bindings.json")).expect("remove");
-    // A reload reads the site again; touch the snapshot so the reloader sees a new build.
-    let ledger = SqliteLedger::open(&m._f.dir.path().join("other-ledger.sqlite")).expect("ledger");
-    let mut s = Settings::new(m._f.site(), Arc::new(ledger));
-    s.owner_key = Some(OWNER.into());
-    s.config.env = capdir::invoke::runner::Environment::fixed(SECRETS);
-    s.config.egress = Egress::parse("127.0.0.1/32").expect("egress");
-    let state = AppState::new(s).expect("state");
-    let v = send(
-        &state,
-        "/api/dispatch",
-        json!({"key": "CONTROL_F0", "body": "x"}),
-    )
-    .await;
+    let v = control_on_another_dispatcher(&m, "other-ledger.sqlite", None).await;
     assert!(
         said(&v).contains("auth:unbound_credential:BOUND_TOKEN"),
         "{v}"
@@ -491,11 +501,6 @@ async fn a_site_without_bindings_sends_no_credential() {
 #[tokio::test]
 async fn an_operator_narrows_the_bindings() {
     let m = matrix().await;
-    let ledger = SqliteLedger::open(&m._f.dir.path().join("narrow-ledger.sqlite")).expect("ledger");
-    let mut s = Settings::new(m._f.site(), Arc::new(ledger));
-    s.owner_key = Some(OWNER.into());
-    s.config.env = capdir::invoke::runner::Environment::fixed(SECRETS);
-    s.config.egress = Egress::parse("127.0.0.1/32").expect("egress");
     let narrow = capdir::row::binding::Bindings::parse(
         format!(
             "credentials:\n  BOUND_TOKEN:\n    origins: [\"http://{}/bound/only-this/\"]\n",
@@ -504,14 +509,7 @@ async fn an_operator_narrows_the_bindings() {
         .as_bytes(),
     )
     .expect("narrowing");
-    s.config.narrowing = Some(Arc::new(narrow));
-    let state = AppState::new(s).expect("state");
-    let v = send(
-        &state,
-        "/api/dispatch",
-        json!({"key": "CONTROL_F0", "body": "x"}),
-    )
-    .await;
+    let v = control_on_another_dispatcher(&m, "narrow-ledger.sqlite", Some(narrow)).await;
     assert!(
         said(&v).contains("auth:origin_not_bound:BOUND_TOKEN"),
         "{v}"

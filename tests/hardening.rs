@@ -656,3 +656,44 @@ async fn keyless_confirms_are_limited_per_address() {
         StatusCode::OK
     );
 }
+
+/// The tags of one routed text share one budget: three tags of a 30-call flow under a
+/// 40-call budget run the first whole, and the later ones stop at the budget.
+#[tokio::test]
+async fn the_tags_of_one_text_share_one_budget() {
+    let (f, _, model) = fixture("").await;
+    let mut s = settings(&f, &model);
+    s.tree_budget = TreeBudget {
+        calls: 40,
+        ..TreeBudget::default()
+    };
+    let s = AppState::new(s).expect("state");
+    let text = "[WIDE_FLOW]a[/WIDE_FLOW] [WIDE_FLOW]b[/WIDE_FLOW] [WIDE_FLOW]c[/WIDE_FLOW]";
+    let req = Request::post("/api/route")
+        .header("content-type", "application/json")
+        .header("x-owner-key", OWNER)
+        .body(Body::from(json!({ "text": text }).to_string()))
+        .expect("request");
+    let (status, _, v) = send(&s, req).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let tags = v["tags"].as_array().expect("tags");
+    let codes: Vec<&str> = tags
+        .iter()
+        .map(|t| t["status"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(codes[0], "PROVEN_MATERIAL_RESULT", "{v}");
+    for t in &tags[1..] {
+        assert!(
+            t["output"].as_str().unwrap_or("").contains("budget:calls"),
+            "{t}"
+        );
+    }
+    let nested = receipts(&f)
+        .iter()
+        .filter(|r| !r["parent"].is_null() && r["status"] == "PROVEN_MATERIAL_RESULT")
+        .count();
+    assert!(
+        nested <= 40,
+        "{nested} nested calls ran under a 40-call budget"
+    );
+}

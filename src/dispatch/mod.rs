@@ -380,6 +380,17 @@ impl Dispatcher {
         caller: &Caller,
         request: InvokeRequest,
     ) -> Result<Invoked, DispatchError> {
+        self.dispatch_spending(caller, request, None).await
+    }
+
+    /// `dispatch`, its nested calls spending `shared` when given (every tag of one routed
+    /// text spends one budget), else a budget of its own.
+    async fn dispatch_spending(
+        &self,
+        caller: &Caller,
+        request: InvokeRequest,
+        shared: Option<Arc<tree::Spent>>,
+    ) -> Result<Invoked, DispatchError> {
         if *caller == Caller::Anonymous && !self.open {
             auth::require_credential(caller)?;
         }
@@ -481,7 +492,10 @@ impl Dispatcher {
                 trace_id: trace_id.clone(),
                 commit: live.info.commit.clone(),
             };
-            Arc::new(tree::Tree::new(root, self.tree_budget))
+            let spent = shared
+                .clone()
+                .unwrap_or_else(|| tree::Spent::starting(self.tree_budget));
+            Arc::new(tree::Tree::new(root, self.tree_budget, spent))
         });
         let context = match &tree {
             Some(tree) => CallContext::under(tree.clone(), &id),
@@ -548,6 +562,8 @@ impl Dispatcher {
     pub async fn route(&self, caller: &Caller, text: &str) -> Result<Routed, DispatchError> {
         let found = crate::invoke::runner::router_tags(text).await;
         let mut tags = Vec::with_capacity(found.len());
+        // The tags of one text share one budget: 32 tags may not make 32 budgets' work.
+        let spent = tree::Spent::starting(self.tree_budget);
         for tag in &found {
             let request = InvokeRequest {
                 key: tag.key.to_string(),
@@ -555,7 +571,10 @@ impl Dispatcher {
                 args: None,
                 repairs: None,
             };
-            let ran = match self.dispatch(caller, request).await {
+            let ran = match self
+                .dispatch_spending(caller, request, Some(spent.clone()))
+                .await
+            {
                 Ok(done) => RoutedTag {
                     key: tag.key.to_string(),
                     receipt: Some(done.receipt.draft.id.clone()),

@@ -69,11 +69,29 @@ pub(super) struct Tree {
     trace_id: String,
     commit: String,
     budget: TreeBudget,
+    /// What the tree (and the calls it shares a budget with) spent so far.
+    spent: Arc<Spent>,
+}
+
+/// What calls sharing one budget have spent: a tree's own, or every tag of one routed text.
+#[derive(Debug)]
+pub struct Spent {
     /// Nested calls asked for so far, admitted or not.
     calls: AtomicU64,
     /// Bytes of input and output recorded so far.
     bytes: AtomicU64,
     deadline: Instant,
+}
+
+impl Spent {
+    /// A budget spent from now, with `budget`'s time.
+    pub fn starting(budget: TreeBudget) -> Arc<Spent> {
+        Arc::new(Spent {
+            calls: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            deadline: Instant::now() + budget.wall,
+        })
+    }
 }
 
 /// Who asks and under which receipt: what a tree is made of besides its budget.
@@ -87,7 +105,7 @@ pub(super) struct Root {
 }
 
 impl Tree {
-    pub(super) fn new(root: Root, budget: TreeBudget) -> Tree {
+    pub(super) fn new(root: Root, budget: TreeBudget, spent: Arc<Spent>) -> Tree {
         Tree {
             done: Mutex::new(Vec::new()),
             sent: Mutex::new(Vec::new()),
@@ -99,9 +117,7 @@ impl Tree {
             trace_id: root.trace_id,
             commit: root.commit,
             budget,
-            calls: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            deadline: Instant::now() + budget.wall,
+            spent,
         }
     }
 
@@ -115,7 +131,7 @@ impl Tree {
 
     /// The budget's refusal of one more nested call, if it is spent.
     fn over_budget(&self) -> Option<(String, String)> {
-        let calls = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let calls = self.spent.calls.fetch_add(1, Ordering::Relaxed) + 1;
         if calls > self.budget.calls {
             return Some((
                 "budget:calls".into(),
@@ -125,7 +141,7 @@ impl Tree {
                 ),
             ));
         }
-        let bytes = self.bytes.load(Ordering::Relaxed);
+        let bytes = self.spent.bytes.load(Ordering::Relaxed);
         if bytes > self.budget.bytes {
             return Some((
                 "budget:bytes".into(),
@@ -135,7 +151,7 @@ impl Tree {
                 ),
             ));
         }
-        if Instant::now() >= self.deadline {
+        if Instant::now() >= self.spent.deadline {
             return Some((
                 "budget:wall_time".into(),
                 format!(
@@ -201,7 +217,7 @@ impl Authority for Tree {
     fn record(&self, node: Node<'_>) {
         let outcome = node.outcome;
         let carried = (node.input.len() + outcome.output.len()) as u64;
-        self.bytes.fetch_add(carried, Ordering::Relaxed);
+        self.spent.bytes.fetch_add(carried, Ordering::Relaxed);
         let draft = Draft {
             id: node.id.to_string(),
             key: outcome.key.clone(),

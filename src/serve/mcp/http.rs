@@ -119,6 +119,17 @@ fn holder(caller: &Caller, extensions: &axum::http::Extensions) -> String {
     }
 }
 
+/// `gate`, and who holds the sessions this caller opens.
+fn gate_holder(
+    state: &AppState,
+    headers: &HeaderMap,
+    req: &Request,
+) -> Result<(Caller, String), Refusal> {
+    let caller = gate(state, headers)?;
+    let holder = holder(&caller, req.extensions());
+    Ok((caller, holder))
+}
+
 /// Origin and credential: who is calling, or the refusal.
 fn gate(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
     if !origin_allowed(headers, &state.inner.base) {
@@ -212,11 +223,10 @@ fn session_of(
 
 /// `POST /mcp`: one JSON-RPC message.
 pub async fn post(State(state): State<AppState>, headers: HeaderMap, req: Request) -> Response {
-    let caller = match gate(&state, &headers) {
+    let (caller, holder) = match gate_holder(&state, &headers, &req) {
         Ok(c) => c,
         Err(r) => return r.into_response(),
     };
-    let holder = holder(&caller, req.extensions());
     if !accepts(&headers, "application/json") {
         return not_acceptable("application/json");
     }
@@ -317,14 +327,13 @@ pub async fn open_stream(
     headers: HeaderMap,
     req: Request,
 ) -> Response {
-    let caller = match gate(&state, &headers) {
+    let (_, holder) = match gate_holder(&state, &headers, &req) {
         Ok(c) => c,
         Err(r) => return r.into_response(),
     };
     if !accepts(&headers, "text/event-stream") {
         return not_acceptable("text/event-stream");
     }
-    let holder = holder(&caller, req.extensions());
     let session = match session_of(&state, &headers, &holder, &Json::Null) {
         Ok(s) => s,
         Err(r) => return r.into_response(),
@@ -349,11 +358,10 @@ pub async fn end_session(
     headers: HeaderMap,
     req: Request,
 ) -> Response {
-    let caller = match gate(&state, &headers) {
+    let (_, holder) = match gate_holder(&state, &headers, &req) {
         Ok(c) => c,
         Err(r) => return r.into_response(),
     };
-    let holder = holder(&caller, req.extensions());
     let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return refuse(
             &Json::Null,
