@@ -189,17 +189,6 @@ fn offered(request: &Json) -> Vec<&str> {
         .collect()
 }
 
-fn receipts(f: &Built) -> Vec<Json> {
-    let db = rusqlite::Connection::open(f.ledger_path()).expect("ledger");
-    let mut q = db
-        .prepare("SELECT body FROM receipts ORDER BY seq")
-        .unwrap();
-    q.query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(|b| serde_json::from_str(&b.unwrap()).unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn an_agent_calls_its_tools_each_under_the_gate_with_a_receipt() {
     let (f, s, model, _) = fixture(&[
@@ -219,7 +208,7 @@ async fn an_agent_calls_its_tools_each_under_the_gate_with_a_receipt() {
     assert_eq!(offered, ["SHA_TOOL", "UPPER_TOOL"]);
     assert_eq!(seen.len(), 2, "one turn for the calls, one for the answer");
     // Three nodes: the two tool calls below the agent's receipt; usage summed over turns.
-    let all = receipts(&f);
+    let all = f.receipts();
     let keys: Vec<&str> = all.iter().map(|r| r["key"].as_str().unwrap()).collect();
     assert_eq!(keys, ["SHA_TOOL", "UPPER_TOOL", "TOOL_AGENT"]);
     for child in &all[..2] {
@@ -239,7 +228,8 @@ async fn a_tool_outside_the_agents_categories_is_refused_to_the_model_and_never_
         "{answer}"
     );
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the row never ran");
-    let keys: Vec<String> = receipts(&f)
+    let keys: Vec<String> = f
+        .receipts()
         .iter()
         .map(|r| r["key"].as_str().unwrap().to_string())
         .collect();
@@ -312,7 +302,7 @@ async fn an_agent_that_does_not_stop_is_stopped_by_its_limits() {
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
     assert_eq!(v["reason"], "agent:turn_limit");
     assert_eq!(model.seen.lock().unwrap().len(), 3);
-    let all = receipts(&f);
+    let all = f.receipts();
     let top = all.last().expect("the agent's receipt");
     assert_eq!(top["key"], "TOOL_AGENT");
     assert_eq!(top["error_code"], "agent:turn_limit");
@@ -352,7 +342,7 @@ async fn an_agent_that_routes_its_reply_runs_the_tags_in_it() {
         ),
         "{out}"
     );
-    let all = receipts(&f);
+    let all = f.receipts();
     let keys: Vec<&str> = all.iter().map(|r| r["key"].as_str().unwrap()).collect();
     assert_eq!(keys, ["SHA_TOOL", "NOPE_Q", "ROUTING_AGENT"]);
     assert!(all[..2].iter().all(|r| r["parent"] == v["receipt"]));
@@ -428,7 +418,7 @@ async fn an_agent_with_too_many_tools_gets_the_meta_tools() {
         results[4]
     );
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the refused row never ran");
-    let all = receipts(&f);
+    let all = f.receipts();
     let keys: Vec<&str> = all.iter().map(|r| r["key"].as_str().unwrap()).collect();
     assert_eq!(
         keys,

@@ -169,18 +169,6 @@ async fn invoke(
     (status, serde_json::from_slice(&bytes).expect("json"))
 }
 
-/// Every receipt in the ledger, in chain order.
-fn receipts(f: &Built) -> Vec<Json> {
-    let db = rusqlite::Connection::open(f.ledger_path()).expect("ledger");
-    let mut q = db
-        .prepare("SELECT body FROM receipts ORDER BY seq")
-        .expect("query");
-    q.query_map([], |r| r.get::<_, String>(0))
-        .expect("rows")
-        .map(|b| serde_json::from_str(&b.expect("body")).expect("json"))
-        .collect()
-}
-
 #[tokio::test]
 async fn an_anonymous_flow_stops_at_the_step_that_uses_a_credential() {
     let (f, hits) = fixture().await;
@@ -193,7 +181,7 @@ async fn an_anonymous_flow_stops_at_the_step_that_uses_a_credential() {
         "{message}"
     );
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the refused step never ran");
-    let all = receipts(&f);
+    let all = f.receipts();
     let keys: Vec<(&str, &str)> = all
         .iter()
         .map(|r| (r["key"].as_str().unwrap(), r["status"].as_str().unwrap()))
@@ -237,7 +225,7 @@ async fn a_token_for_a_flow_runs_its_steps_each_with_a_receipt_but_not_above_its
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(v["output"], "HTTP 200:hit HI");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
-    let all = receipts(&f);
+    let all = f.receipts();
     let tree: Vec<&Json> = all
         .iter()
         .filter(|r| r["root"] == v["receipt"] || r["id"] == v["receipt"])
@@ -372,7 +360,7 @@ async fn router_tags_run_in_order_each_through_the_gate_and_their_output_is_neve
     assert_eq!(tags[1]["error"], "scope");
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the refused tag never ran");
     // Each tag has its receipt in the ledger, in the order the tags ran.
-    let all = receipts(&f);
+    let all = f.receipts();
     let ids: Vec<&Json> = all.iter().map(|r| &r["id"]).collect();
     for t in tags {
         assert!(ids.contains(&&t["receipt"]), "{t}");
@@ -386,7 +374,7 @@ async fn router_tags_run_in_order_each_through_the_gate_and_their_output_is_neve
         .unwrap();
     let res = app(s.clone()).oneshot(req).await.expect("route");
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
-    assert_eq!(receipts(&f).len(), 3);
+    assert_eq!(f.receipts().len(), 3);
 
     // The command line, as the local owner, on the same site and ledger.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_capdir"))
@@ -412,7 +400,7 @@ async fn router_tags_run_in_order_each_through_the_gate_and_their_output_is_neve
         printed.starts_with("FROM THE SHELL ERR:unknown_key:no row has the key `NOPE_X`"),
         "{printed}"
     );
-    assert_eq!(receipts(&f).len(), 4, "the shell's tag has its receipt too");
+    assert_eq!(f.receipts().len(), 4, "the shell's tag has its receipt too");
 }
 
 /// The receipt of a step that reached outside (an http call) is in the ledger before the flow
@@ -472,7 +460,7 @@ async fn a_steps_side_effect_is_receipted_before_the_flow_ends() {
         .await
         .expect("the third step reached its upstream");
     let keys = |f: &Built| -> Vec<String> {
-        receipts(f)
+        f.receipts()
             .iter()
             .map(|r| r["key"].as_str().unwrap_or_default().to_string())
             .collect()
@@ -494,7 +482,7 @@ async fn a_steps_side_effect_is_receipted_before_the_flow_ends() {
         ["UPPER_STEP", "CRED_HIT", "WAIT_HIT", "SLOW_FLOW"],
         "the tree in the order its calls ended"
     );
-    let all = receipts(&f);
+    let all = f.receipts();
     let flow_id = all[3]["id"].as_str().expect("flow id");
     assert_eq!(answer["receipt"].as_str(), Some(flow_id));
     for step in &all[..3] {

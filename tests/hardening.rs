@@ -143,6 +143,13 @@ fn settings(f: &Built, model: &str) -> Settings {
     s
 }
 
+/// A dispatcher over `f` whose call trees have `budget`.
+fn budgeted(f: &Built, model: &str, budget: TreeBudget) -> AppState {
+    let mut s = settings(f, model);
+    s.tree_budget = budget;
+    AppState::new(s).expect("state")
+}
+
 fn claims(keys: &[&str], risk: Risk, exp_in: i64) -> Claims {
     let now = chrono::Utc::now().timestamp();
     Claims {
@@ -192,28 +199,19 @@ async fn invoke(
     (status, v)
 }
 
-fn receipts(f: &Built) -> Vec<Json> {
-    let db = rusqlite::Connection::open(f.ledger_path()).expect("ledger");
-    let mut q = db
-        .prepare("SELECT body FROM receipts ORDER BY seq")
-        .expect("query");
-    q.query_map([], |r| r.get::<_, String>(0))
-        .expect("rows")
-        .map(|b| serde_json::from_str(&b.expect("body")).expect("json"))
-        .collect()
-}
-
 /// A flow of flows stops when its tree has asked for as many nested calls as the budget
 /// allows: a named failure, the later steps never run, and the receipts stay bounded.
 #[tokio::test]
 async fn a_call_tree_stops_at_its_budget_of_calls() {
     let (f, _, model) = fixture("").await;
-    let mut s = settings(&f, &model);
-    s.tree_budget = TreeBudget {
-        calls: 12,
-        ..TreeBudget::default()
-    };
-    let s = AppState::new(s).expect("state");
+    let s = budgeted(
+        &f,
+        &model,
+        TreeBudget {
+            calls: 12,
+            ..TreeBudget::default()
+        },
+    );
     let (status, v) = invoke(&s, Some(OWNER), "WIDE_FLOW", "hi").await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
     let message = v["error"]["message"].as_str().expect("message");
@@ -221,7 +219,7 @@ async fn a_call_tree_stops_at_its_budget_of_calls() {
         message.contains("budget:calls"),
         "the failure names the budget: {message}"
     );
-    let all = receipts(&f);
+    let all = f.receipts();
     let ran = all
         .iter()
         .filter(|r| r["status"] == "PROVEN_MATERIAL_RESULT")
@@ -248,7 +246,7 @@ async fn a_call_tree_stops_at_its_budget_of_calls() {
     let s = AppState::new(settings(&f, &model)).expect("state");
     let (status, v) = invoke(&s, Some(OWNER), "WIDE_FLOW", "hi").await;
     assert_eq!(status, StatusCode::OK, "{v}");
-    assert_eq!(receipts(&f).len(), 31);
+    assert_eq!(f.receipts().len(), 31);
 }
 
 /// A flow whose outputs double at each step stops once its tree has carried its budget of
@@ -256,12 +254,14 @@ async fn a_call_tree_stops_at_its_budget_of_calls() {
 #[tokio::test]
 async fn a_call_tree_stops_at_its_budget_of_bytes() {
     let (f, _, model) = fixture("").await;
-    let mut s = settings(&f, &model);
-    s.tree_budget = TreeBudget {
-        bytes: 4096,
-        ..TreeBudget::default()
-    };
-    let s = AppState::new(s).expect("state");
+    let s = budgeted(
+        &f,
+        &model,
+        TreeBudget {
+            bytes: 4096,
+            ..TreeBudget::default()
+        },
+    );
     let (status, v) = invoke(&s, Some(OWNER), "DOUBLING_FLOW", &"x".repeat(64)).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{v}");
     assert!(
@@ -270,7 +270,8 @@ async fn a_call_tree_stops_at_its_budget_of_bytes() {
             .is_some_and(|m| m.contains("budget:bytes")),
         "{v}"
     );
-    let carried: usize = receipts(&f)
+    let carried: usize = f
+        .receipts()
         .iter()
         .filter(|r| !r["parent"].is_null())
         .map(|r| r["input"].as_str().unwrap().len() + r["output"].as_str().unwrap().len())
@@ -300,7 +301,7 @@ async fn tags_in_a_reply_pass_the_callers_own_scope() {
         !output.contains("2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"),
         "{output}"
     );
-    let all = receipts(&f);
+    let all = f.receipts();
     let tags: Vec<(&str, &str)> = all
         .iter()
         .filter(|r| !r["parent"].is_null())
@@ -569,12 +570,14 @@ async fn mcp_sessions_are_bound_to_who_opened_them() {
 async fn tags_of_unknown_keys_spend_the_budget() {
     let reply = "[NOPE_ONE]x[/NOPE_ONE] [NOPE_TWO]x[/NOPE_TWO] [NOPE_THREE]x[/NOPE_THREE] [SHA_TOOL]x[/SHA_TOOL]";
     let (f, _, model) = fixture(reply).await;
-    let mut s = settings(&f, &model);
-    s.tree_budget = TreeBudget {
-        calls: 3,
-        ..TreeBudget::default()
-    };
-    let s = AppState::new(s).expect("state");
+    let s = budgeted(
+        &f,
+        &model,
+        TreeBudget {
+            calls: 3,
+            ..TreeBudget::default()
+        },
+    );
     let (_, v) = invoke(&s, Some(OWNER), "ROUTING_AGENT", "go").await;
     // The three unknown keys spent three calls: the fourth tag, a real row, is refused.
     let said = v.to_string();
@@ -662,12 +665,14 @@ async fn keyless_confirms_are_limited_per_address() {
 #[tokio::test]
 async fn the_tags_of_one_text_share_one_budget() {
     let (f, _, model) = fixture("").await;
-    let mut s = settings(&f, &model);
-    s.tree_budget = TreeBudget {
-        calls: 40,
-        ..TreeBudget::default()
-    };
-    let s = AppState::new(s).expect("state");
+    let s = budgeted(
+        &f,
+        &model,
+        TreeBudget {
+            calls: 40,
+            ..TreeBudget::default()
+        },
+    );
     let text = "[WIDE_FLOW]a[/WIDE_FLOW] [WIDE_FLOW]b[/WIDE_FLOW] [WIDE_FLOW]c[/WIDE_FLOW]";
     let req = Request::post("/api/route")
         .header("content-type", "application/json")
@@ -688,7 +693,8 @@ async fn the_tags_of_one_text_share_one_budget() {
             "{t}"
         );
     }
-    let nested = receipts(&f)
+    let nested = f
+        .receipts()
         .iter()
         .filter(|r| !r["parent"].is_null() && r["status"] == "PROVEN_MATERIAL_RESULT")
         .count();

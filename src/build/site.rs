@@ -914,18 +914,23 @@ mod tests {
             .expect("row")
     }
 
-    /// The markdown and HTML of `row`'s contract under `bindings`.
-    fn rendered(row: &crate::row::Row, bindings: &Bindings) -> (Contract, String, String) {
-        let urls = crate::row::urls::Urls::new("");
-        let c = Contract::new(row, &[], &urls, "f", bindings);
-        let counts = Counts::of([row]);
-        let info = BuildInfo {
+    /// The facts of a build made of nothing but `counts`.
+    fn unbuilt(counts: &Counts) -> BuildInfo {
+        BuildInfo {
             commit: String::new(),
             date: String::new(),
             capdir_version: "0".into(),
             history_partial: false,
             counts: counts.clone(),
-        };
+        }
+    }
+
+    /// The markdown and HTML of `row`'s contract under `bindings`.
+    fn rendered(row: &crate::row::Row, bindings: &Bindings) -> (Contract, String, String) {
+        let urls = crate::row::urls::Urls::new("");
+        let c = Contract::new(row, &[], &urls, "f", bindings);
+        let counts = Counts::of([row]);
+        let info = unbuilt(&counts);
         let common = super::Common {
             site: super::SiteMeta::default_for(&counts),
             counts: &counts,
@@ -1007,13 +1012,7 @@ mod tests {
         )
         .unwrap();
         let counts = Counts::of(rows.iter());
-        let info = BuildInfo {
-            commit: String::new(),
-            date: String::new(),
-            capdir_version: "0".into(),
-            history_partial: false,
-            counts: counts.clone(),
-        };
+        let info = unbuilt(&counts);
         let common = super::Common {
             site: super::SiteMeta::default_for(&counts),
             counts: &counts,

@@ -45,7 +45,6 @@ pub fn check_files(files: &[SourceFile]) -> Checked {
     let (binding_files, files): (Vec<&SourceFile>, Vec<&SourceFile>) = files
         .iter()
         .partition(|f| f.file_name() == crate::row::binding::FILE);
-    let files: Vec<SourceFile> = files.into_iter().cloned().collect();
     let (bindings, mut binding_diags) = read_bindings(binding_files.first().copied());
     let mut out = check_row_files(&files);
     let rows: Vec<&Row> = out.rows.iter().collect();
@@ -154,7 +153,7 @@ pub fn check_bindings(rows: &[&Row], bindings: &Bindings) -> Vec<Diagnostic> {
 }
 
 /// `check_files` of row files alone.
-fn check_row_files(files: &[SourceFile]) -> Checked {
+fn check_row_files(files: &[&SourceFile]) -> Checked {
     let workers = crate::cores().min(8);
     // Small catalogues are not worth a thread.
     let chunk = files.len().div_ceil(workers).max(256);
@@ -185,7 +184,7 @@ fn check_row_files(files: &[SourceFile]) -> Checked {
 }
 
 /// The rules of one file at a time: its rows and their diagnostics.
-fn check_each(files: &[SourceFile]) -> (Vec<Row>, Vec<Diagnostic>) {
+fn check_each(files: &[&SourceFile]) -> (Vec<Row>, Vec<Diagnostic>) {
     let (mut rows, mut diags) = (Vec::new(), Vec::new());
     for file in files {
         let (row, d) = check_file(file);

@@ -488,6 +488,17 @@ impl Built {
     pub fn ledger_path(&self) -> PathBuf {
         self.dir.path().join("ledger.sqlite")
     }
+    /// Every receipt in the ledger, in chain order.
+    pub fn receipts(&self) -> Vec<serde_json::Value> {
+        let db = rusqlite::Connection::open(self.ledger_path()).expect("ledger");
+        let mut q = db
+            .prepare("SELECT body FROM receipts ORDER BY seq")
+            .expect("query");
+        q.query_map([], |r| r.get::<_, String>(0))
+            .expect("rows")
+            .map(|b| serde_json::from_str(&b.expect("body")).expect("json"))
+            .collect()
+    }
     /// Build (again) from the repository's catalogue.
     pub fn build(&self) {
         capdir::build::run(&capdir::build::Options::new(

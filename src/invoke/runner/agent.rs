@@ -616,7 +616,7 @@ impl AgentRunner {
                 let to = url::Url::parse(&url)
                     .map_err(|e| Failure::new("agent:bad_endpoint", format!("{url}: {e}")))?;
                 super::admit_credential(call, &c, Some((&to, "POST")))?;
-                c.envs().remove(0)
+                c.name()
             }
             _ => endpoint.key_env.clone(),
         };

@@ -304,12 +304,6 @@ pub(super) fn apply_credential(
     Ok(())
 }
 
-/// Why a hop of a credentialed request did not happen.
-enum Hop {
-    Fetch(reqwest::Error),
-    Refused(Failure),
-}
-
 impl HttpRunner {
     /// Send a request that carries a credential, following a redirect only within the same
     /// origin and only where the credential's binding admits the next URL with the next
@@ -318,14 +312,12 @@ impl HttpRunner {
     async fn send_credentialed(
         &self,
         call: &Call<'_>,
+        credential: &Credential,
         p: &Prepared,
-    ) -> Result<reqwest::Response, Hop> {
+    ) -> Result<reqwest::Response, reqwest::Error> {
         let (mut method, mut url, mut body) = (p.method.clone(), p.url.clone(), p.body.clone());
-        let credential = match &call.callable.credential {
-            Ok(Some(c)) => c,
-            _ => return Err(Hop::Refused(Failure::new("auth:bad", "no credential"))),
-        };
-        for hop in 0.. {
+        let mut hops = 0;
+        loop {
             let mut req = self
                 .credentialed
                 .request(method.clone(), url.clone())
@@ -333,16 +325,15 @@ impl HttpRunner {
             if let Some(b) = &body {
                 req = req.body(b.clone());
             }
-            let resp = req.send().await.map_err(Hop::Fetch)?;
+            let resp = req.send().await?;
             let status = resp.status();
             let next = resp
                 .headers()
                 .get(reqwest::header::LOCATION)
                 .and_then(|l| l.to_str().ok())
-                .and_then(|l| url.join(l).ok());
-            let Some(next) =
-                next.filter(|n| status.is_redirection() && hop < 5 && n.origin() == url.origin())
-            else {
+                .and_then(|l| url.join(l).ok())
+                .filter(|n| status.is_redirection() && hops < 5 && n.origin() == url.origin());
+            let Some(next) = next else {
                 return Ok(resp);
             };
             // 307 and 308 keep the method and body; the others become a GET without one.
@@ -354,8 +345,8 @@ impl HttpRunner {
                 return Ok(resp);
             }
             url = next;
+            hops += 1;
         }
-        unreachable!("the loop returns by the fifth hop")
     }
 
     async fn request(&self, call: Call<'_>) -> Result<Ran, Failure> {
@@ -382,13 +373,14 @@ impl HttpRunner {
                 ),
             )
         };
-        let mut resp = if credentialed {
-            self.send_credentialed(&call, &p)
+        let credential = match &call.callable.credential {
+            Ok(Some(c)) if credentialed => Some(c),
+            _ => None,
+        };
+        let mut resp = if let Some(c) = credential {
+            self.send_credentialed(&call, c, &p)
                 .await
-                .map_err(|e| match e {
-                    Hop::Fetch(e) => fetch_failed(e),
-                    Hop::Refused(f) => f,
-                })?
+                .map_err(fetch_failed)?
         } else {
             let mut req = self
                 .client
