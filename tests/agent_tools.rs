@@ -4,7 +4,7 @@
 //! outside the agent's categories is refused to the model and never runs (the loopback
 //! upstream counts its hits).
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::extract::State;

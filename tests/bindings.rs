@@ -8,7 +8,7 @@
 //! host could), so the wire check is what stands; the gate's and the write API's refusals of
 //! the same rows are tested below them.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

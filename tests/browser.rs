@@ -6,7 +6,7 @@
 //! server to prove that browsing and search need no dispatcher. Screenshots land in
 //! target/screenshots/.
 
-mod common;
+use crate::common;
 
 use common::{Repo, fixture, fn_row};
 use std::io::{Read, Write};

@@ -4,7 +4,7 @@
 //! commit holds, the search index and the snapshot's bytes aside (compared by what they
 //! answer and hold), and its manifest describes every file as it is.
 
-mod common;
+use crate::common;
 
 use capdir::build::incremental::{self, Built, Opened};
 use capdir::build::{self, Options};

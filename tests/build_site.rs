@@ -2,7 +2,7 @@
 //! deletion: the snapshot's tables, history and dates, the four counts, the tombstone, the
 //! fingerprint rule, determinism, atomicity, and contract snapshots of each row type.
 
-mod common;
+use crate::common;
 
 use capdir::build::{self, BuildError, Options};
 use common::{Repo, fixture, fn_row};

@@ -1,7 +1,7 @@
 //! `capdir check --base REV` on a real temporary Git repository with several commits: the
 //! asymmetric rule a pull-request check applies.
 
-mod common;
+use crate::common;
 
 use common::{Repo, fn_row};
 use std::path::Path;

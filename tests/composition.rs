@@ -3,7 +3,7 @@
 //! with a receipt of its own below the flow's, and a pinned token sees a change anywhere in
 //! what a row composes. The upstream counts its hits, so "never ran" is measured.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -6,7 +6,7 @@
 //! Deadlines here are generous (10 s for something the server should do in about 1 s): what
 //! is asserted is that the connection is closed, not how fast.
 
-mod common;
+use crate::common;
 
 use common::{Built, Repo, fn_row};
 use serde_json::{Value as Json, json};

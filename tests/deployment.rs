@@ -5,7 +5,7 @@
 //! that reaches both dispatchers without a restart or a failed request, and a tampered file
 //! that is refused while the old build keeps serving.
 
-mod common;
+use crate::common;
 
 use common::Repo;
 use serde_json::{Value as Json, json};

@@ -5,7 +5,7 @@
 //! keyless confirms without limit. The upstream and the model stand-in count what reached
 //! them, so "never ran" is measured.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;

@@ -3,7 +3,7 @@
 //! stdio and Streamable HTTP, and a small misbehaving server (tests/fixtures/mcp/fake_server.py)
 //! for pagination, odd names, credentials, and servers that die or hang.
 
-mod common;
+use crate::common;
 
 use capdir::invoke::InvokerConfig;
 use capdir::invoke::runner::Environment;

@@ -8,7 +8,7 @@
 //! The npm documents are installed by `.ci/deps` into `tests/openapi/` (or where
 //! `CAPDIR_OPENAPI_FIXTURES` says); a test fails, saying so, when they are missing.
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::body::Bytes;

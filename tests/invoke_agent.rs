@@ -2,7 +2,7 @@
 //! system prompt composed from includes in order, the body as the user message, gateway
 //! routing, usage and cost, and the failures.
 
-mod common;
+use crate::common;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};

@@ -1,7 +1,7 @@
 //! The flow runner: bindings, fan-out order and concurrency, stopping at the first failure,
 //! malformed steps, the depth limit, and the bundled flows.
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::extract::{Path, State};

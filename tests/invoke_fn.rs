@@ -1,7 +1,7 @@
 //! The fn runner through whole invocations: every error string, every builtin reached through a
 //! row, and the refusals that happen before any runner (unknown key, missing and bad args).
 
-mod common;
+use crate::common;
 
 use capdir::invoke::Input;
 use capdir::invoke::outcome::Status;

@@ -1,7 +1,7 @@
 //! The http runner against a real loopback server: every credential form checked on the wire,
 //! the error strings, the size cap, timeouts, redirects, and the circuit breaker.
 
-mod common;
+use crate::common;
 
 use axum::Router;
 use axum::body::Bytes;

@@ -2,7 +2,6 @@
 //! origin or adds a query parameter, none breaks out of a JSON string, and no body makes an
 //! invocation panic.
 
-mod common;
 
 use capdir::invoke::rowset::RowSet;
 use capdir::invoke::runner::http::{prepare, render_url};

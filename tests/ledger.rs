@@ -2,7 +2,7 @@
 //! PostgreSQL (`on_both_backends!` makes a `sqlite` and a `postgres` test of each). PostgreSQL
 //! comes from `CAPDIR_TEST_POSTGRES` (see tests/common); each test gets its own database.
 
-mod common;
+use crate::common;
 
 use capdir::access::token::{Claims, Risk};
 use capdir::invoke::breaker::Breaker;

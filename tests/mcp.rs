@@ -3,7 +3,7 @@
 //! dispatcher's gate with receipts, the GET stream's list_changed — and the stdio transport over
 //! in-memory pipes. The official SDK drives both transports for real in tests/mcp_sdk.rs.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -3,7 +3,7 @@
 //! answer — come back with a status, a content type and a JSON body the document allows.
 //! (`tests/schemathesis.rs` then lets schemathesis generate requests against a live server.)
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};

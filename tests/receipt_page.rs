@@ -3,7 +3,7 @@
 //! owner key sent as a header or typed into the page's form, the same refusal codes as the
 //! JSON answer, and pages that load nothing from elsewhere.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};

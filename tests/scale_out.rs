@@ -4,7 +4,7 @@
 //! one receipt, both dispatchers' receipts must sit in one chain, and `capdir ledger verify`
 //! must find every link intact.
 
-mod common;
+use crate::common;
 
 use capdir::build::{self, Options};
 use serde_json::Value as Json;

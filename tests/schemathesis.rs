@@ -7,7 +7,7 @@
 //! The seed is fixed so CI is repeatable; `CAPDIR_SCHEMATHESIS_SEED` picks another and
 //! `CAPDIR_SCHEMATHESIS_EXAMPLES` sets how many cases per operation.
 
-mod common;
+use crate::common;
 
 use common::Served;
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! with its WAL, state, the server's logs at debug level) is scanned for the secrets and for
 //! the tokens handed out. None may be found.
 
-mod common;
+use crate::common;
 
 use common::{Repo, Served};
 use serde_json::{Value as Json, json};

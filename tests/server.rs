@@ -1,7 +1,7 @@
 //! The dispatcher in-process (`app(state).oneshot`): every endpoint and every error code, the
 //! receipts it writes, one test over a real loopback socket, and live reload under load.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

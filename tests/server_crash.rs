@@ -2,7 +2,7 @@
 //! invoke, then restarted on the same ledger. Every invocation a client saw acknowledged must
 //! have exactly one receipt, and the chain must verify.
 
-mod common;
+use crate::common;
 
 use capdir::build::{self, Options};
 use rusqlite::Connection;

@@ -6,7 +6,7 @@
 //! marker written outside the site. The pages still answer 200. And `capdir serve` refuses a
 //! ledger inside the site.
 
-mod common;
+use crate::common;
 
 use common::{Repo, Served, fn_row};
 use serde_json::Value as Json;

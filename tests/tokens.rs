@@ -6,7 +6,7 @@
 //! The rows invoke a loopback server that counts its hits, so "refused before any runner" is
 //! measured, not assumed: a refusal must leave the count unchanged.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -5,7 +5,7 @@
 //! a write that fails halfway, or meets a file with uncommitted changes, leaves the work
 //! tree, the index and HEAD as they were; `propose` pushes a branch to a bare repository.
 
-mod common;
+use crate::common;
 
 use capdir::access::token::{self, Claims, Risk, TokenKey};
 use capdir::build::Options;
