@@ -412,7 +412,7 @@ async fn an_mcp_event_stream_outlives_every_timeout() {
         None,
     );
     let url = format!("http://{}/mcp", server.addr);
-    let client = reqwest::Client::new();
+    let client = crate::common::client();
     let init = client
         .post(&url)
         .header("content-type", "application/json")

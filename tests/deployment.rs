@@ -268,7 +268,7 @@ async fn pull_request_to_pages_to_two_following_dispatchers_to_an_agent() {
 
     // 3. A static host that is not capdir; 4. two dispatchers following it, one ledger.
     let _host = static_host(&published, port_a, &dir.join("host.log"));
-    let client = &reqwest::Client::new();
+    let client = &crate::common::client();
     let site_url = site_url.as_str();
 
     eventually(

@@ -218,7 +218,7 @@ async fn through_a_real_dispatcher_with_receipts() {
         &[("CAPDIR_OWNER_KEY", OWNER)],
     )
     .await;
-    let client = reqwest::Client::new();
+    let client = crate::common::client();
     let post = |body: Json| {
         client
             .post(served.url("/api/dispatch"))

@@ -43,7 +43,7 @@ async fn the_first_command_on_a_fresh_copy() {
         .stderr(log)
         .spawn()
         .expect("capdir serve");
-    let client = reqwest::Client::new();
+    let client = crate::common::client();
     let base = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
     let asked: Json = loop {

@@ -71,7 +71,7 @@ async fn two_dispatchers_one_chain_survive_a_sigkill() {
     let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
     build::run(&Options::new(catalogue, dir.path().join("site"))).expect("build");
     let (port_a, port_b) = two_free_ports();
-    let client = reqwest::Client::new();
+    let client = crate::common::client();
     let mut a = start(dir.path(), port_a, &db.url, "data-a");
     let mut b = start(dir.path(), port_b, &db.url, "data-b");
     common::wait_ready(&client, port_a, &mut a).await;

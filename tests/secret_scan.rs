@@ -222,7 +222,7 @@ async fn no_secret_reaches_a_file_a_log_or_an_answer() {
     let tokens = [net.clone(), narrow.clone(), doomed.clone(), high.clone()];
 
     let mut t = Traffic {
-        client: reqwest::Client::new(),
+        client: crate::common::client(),
         seen: Vec::new(),
     };
     let c = t.client.clone();

@@ -374,7 +374,7 @@ async fn real_socket() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server = tokio::spawn(async move { axum::serve(listener, app(s)).await });
-    let client = reqwest::Client::new();
+    let client = crate::common::client();
     let res = client
         .post(format!("http://{addr}/api/dispatch"))
         .header("authorization", format!("Bearer {OWNER}"))

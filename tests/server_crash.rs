@@ -49,7 +49,7 @@ where
     let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
     build::run(&Options::new(catalogue, dir.path().join("site"))).expect("build");
     let port = free_port();
-    let client = reqwest::Client::new();
+    let client = crate::common::client();
     let mut server = start(dir.path(), port);
     common::wait_ready(&client, port, &mut server).await;
     let acked = Arc::new(Mutex::new(Vec::new()));
@@ -105,7 +105,7 @@ async fn acknowledged_invocations_survive_sigkill() {
         common::invoke_echo(&client, port, OWNER, &body).await
     })
     .await;
-    let client = reqwest::Client::new();
+    let client = crate::common::client();
     let mut server = start(dir.path(), port);
     common::wait_ready(&client, port, &mut server).await;
     let after = common::invoke_echo(&client, port, OWNER, "after the restart").await;

@@ -78,7 +78,7 @@ impl Served {
             repo,
             dir,
             url: format!("http://{addr}"),
-            client: reqwest::Client::new(),
+            client: crate::common::client(),
         }
     }
 
@@ -795,7 +795,7 @@ async fn writes_are_off_unless_asked_for() {
         ..Settings::new(dir.path().join("site"), Arc::new(ledger))
     };
     let addr = common::serve(app(AppState::new(settings).expect("state"))).await;
-    let res = reqwest::Client::new()
+    let res = crate::common::client()
         .put(format!("http://{addr}/api/directory/GOOD_ECHO"))
         .header("x-owner-key", OWNER)
         .body(fixture("good/GOOD_ECHO.yaml"))

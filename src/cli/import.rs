@@ -123,7 +123,7 @@ fn openapi(a: OpenApi) -> anyhow::Result<ExitCode> {
 }
 
 async fn fetch(url: &str) -> anyhow::Result<String> {
-    let client = reqwest::Client::builder()
+    let client = crate::invoke::runner::http::client_builder()
         .user_agent(concat!("capdir/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(120))

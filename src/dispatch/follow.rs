@@ -93,7 +93,7 @@ impl Follower {
                 base.scheme()
             );
         }
-        let client = reqwest::Client::builder()
+        let client = crate::invoke::runner::http::client_builder()
             .user_agent(crate::invoke::runner::USER_AGENT)
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(120))

@@ -272,7 +272,7 @@ impl Served {
     }
 
     async fn wait_ready(&self) {
-        let client = reqwest::Client::new();
+        let client = client();
         let started = std::time::Instant::now();
         loop {
             if let Ok(r) = client.get(self.url("/api/dispatch?map=1")).send().await
@@ -507,4 +507,12 @@ impl Built {
         ))
         .expect("build");
     }
+}
+
+/// An HTTP client for the tests, with TLS set up as capdir sets it up (rustls on ring,
+/// installed as the process's provider; a `reqwest::Client::new()` before that would panic).
+pub fn client() -> reqwest::Client {
+    capdir::invoke::runner::http::client_builder()
+        .build()
+        .expect("the test HTTP client")
 }

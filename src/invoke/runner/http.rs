@@ -76,6 +76,18 @@ pub fn row_client(
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
+/// A `reqwest` client builder with TLS ready: rustls on ring, installed once as the process's
+/// crypto provider (reqwest is built without a provider of its own, see Cargo.toml). Every
+/// HTTP client of capdir starts here.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    static TLS: std::sync::Once = std::sync::Once::new();
+    TLS.call_once(|| {
+        // Err only when a provider is installed already, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+}
+
 fn builder(connect_timeout: Duration, timeout: Duration) -> reqwest::ClientBuilder {
     let redirects = reqwest::redirect::Policy::custom(|attempt| {
         let same_origin = attempt
@@ -91,7 +103,7 @@ fn builder(connect_timeout: Duration, timeout: Duration) -> reqwest::ClientBuild
             attempt.stop()
         }
     });
-    reqwest::Client::builder()
+    client_builder()
         .user_agent(USER_AGENT)
         .connect_timeout(connect_timeout)
         .timeout(timeout)

@@ -178,7 +178,7 @@ impl Connection {
         egress
             .check_url(&parsed)
             .map_err(|why| Failure::new("egress:refused", why))?;
-        let client = reqwest::Client::builder()
+        let client = crate::invoke::runner::http::client_builder()
             .user_agent(USER_AGENT)
             .dns_resolver(crate::invoke::egress::Resolver::shared(egress))
             // A proxy from the environment would resolve the target itself, past the resolver.
