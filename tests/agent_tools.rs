@@ -32,12 +32,16 @@ struct Model {
     /// The answer of a model that calls no tools.
     reply: Option<String>,
     seen: Arc<Mutex<Vec<Json>>>,
+    /// The path each request was sent to, in order.
+    paths: Arc<Mutex<Vec<String>>>,
 }
 
 async fn completions(
     State(m): State<Model>,
+    uri: axum::http::Uri,
     axum::Json(body): axum::Json<Json>,
 ) -> axum::Json<Json> {
+    m.paths.lock().unwrap().push(uri.path().to_string());
     m.seen.lock().unwrap().push(body.clone());
     let results: Vec<&str> = body["messages"]
         .as_array()
@@ -87,6 +91,7 @@ async fn fixture_with(
         stubborn,
         reply: None,
         seen: Arc::default(),
+        paths: Arc::default(),
     };
     fixture_model(model, limits).await
 }
@@ -211,6 +216,12 @@ async fn an_agent_calls_its_tools_each_under_the_gate_with_a_receipt() {
     let all = f.receipts();
     let keys: Vec<&str> = all.iter().map(|r| r["key"].as_str().unwrap()).collect();
     assert_eq!(keys, ["SHA_TOOL", "UPPER_TOOL", "TOOL_AGENT"]);
+    // Each turn used 10 + 5 tokens (the scripted model's usage): two turns, summed.
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 20, "completion_tokens": 10}),
+        "{v}"
+    );
     for child in &all[..2] {
         assert_eq!(child["parent"], v["receipt"]);
         assert_eq!(child["status"], "PROVEN_MATERIAL_RESULT");
@@ -307,6 +318,11 @@ async fn an_agent_that_does_not_stop_is_stopped_by_its_limits() {
     assert_eq!(top["key"], "TOOL_AGENT");
     assert_eq!(top["error_code"], "agent:turn_limit");
     assert_eq!(all.len(), 4, "three tool calls below the agent's receipt");
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 30, "completion_tokens": 15}),
+        "the usage of all three turns: {v}"
+    );
 
     let tokens = AgentLimits {
         tokens: 20,
@@ -321,6 +337,11 @@ async fn an_agent_that_does_not_stop_is_stopped_by_its_limits() {
         2,
         "15 tokens a turn: stopped after the second"
     );
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 20, "completion_tokens": 10}),
+        "the usage so far, past the limit of 20: {v}"
+    );
 }
 
 /// An agent row with `route_reply: true`: the tags in its final reply run (under the caller's
@@ -332,6 +353,7 @@ async fn an_agent_that_routes_its_reply_runs_the_tags_in_it() {
         stubborn: false,
         reply: Some("Digest: [SHA_TOOL]hello[/SHA_TOOL]; then [NOPE_Q]x[/NOPE_Q].".into()),
         seen: Arc::default(),
+        paths: Arc::default(),
     };
     let (f, s, _, _) = fixture_model(model, AgentLimits::default()).await;
     let (_, v) = invoke_key(&s, "ROUTING_AGENT", "hash hello").await;
@@ -436,6 +458,7 @@ async fn a_provider_prefix_names_the_endpoint() {
         stubborn: false,
         reply: Some("from the provider".into()),
         seen: Arc::default(),
+        paths: Arc::default(),
     };
     let (_f, s, model) = {
         let (f, s, m, _) = fixture_model(model, AgentLimits::default()).await;
@@ -446,4 +469,11 @@ async fn a_provider_prefix_names_the_endpoint() {
     let seen = model.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0]["model"], "test-model", "the prefix is not sent");
+    // Both endpoints share the scripted model; only the provider's path proves the prefix
+    // chose the provider's endpoint rather than the direct one.
+    assert_eq!(
+        *model.paths.lock().unwrap(),
+        ["/provider/v1/chat/completions"],
+        "a `local:` target is sent to the provider's endpoint"
+    );
 }

@@ -112,6 +112,7 @@ on_both_backends!(
     cli_verifies_shows_and_resets,
     a_tree_reads_back_below_its_root,
     a_group_keeps_its_order_and_stays_whole,
+    receipts_commit_durably,
 );
 
 fn draft(key: &str) -> Draft {
@@ -150,6 +151,18 @@ async fn append_n(ledger: &dyn Ledger, n: usize) -> Vec<ledger::Receipt> {
         );
     }
     out
+}
+
+/// The writer's own connection commits with a full sync (SQLite's `synchronous=FULL`,
+/// PostgreSQL's `synchronous_commit=on`), as read back from that connection.
+async fn receipts_commit_durably(b: Backend) {
+    let ledger = b.open().await;
+    append_n(ledger.as_ref(), 1).await;
+    let wanted = match b {
+        Backend::Sqlite(_) => "synchronous=full",
+        Backend::Postgres(..) => "synchronous_commit=on",
+    };
+    assert_eq!(ledger.durability().as_deref(), Some(wanted));
 }
 
 async fn appends_chain_and_read_back(b: Backend) {

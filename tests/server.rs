@@ -398,29 +398,35 @@ fn add_row_and_rebuild(f: &Fixture, key: &str) {
     f.build();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Eight clients at once ask, invoke and read contracts while a new build goes live: none
+/// fails, the load spans the swap (answers come from both builds), and every invocation left
+/// its receipt in an intact chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn live_reload_under_load_drops_nothing() {
+    const CLIENTS: usize = 8;
     let f = fixture_site();
     let s = state(&f);
     s.spawn_reloader(Duration::from_millis(50));
     let first_commit = s.live().info.commit.clone();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = {
-        let (s, stop) = (s.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut done = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let (st, text) = get(&s, "/api/dispatch?ask=repeat%20my%20text").await;
-                assert_eq!(st, StatusCode::OK, "{text}");
-                let (st, v) = post(&s, json!({"key": "GOOD_ECHO", "body": "hi"})).await;
-                assert_eq!(st, StatusCode::OK, "{v}");
-                let (st, text) = get(&s, "/api/dispatch?key=GOOD_ECHO&format=json").await;
-                assert_eq!(st, StatusCode::OK, "{text}");
-                done += 1;
-            }
-            done
+    let load: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (s, stop) = (s.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut commits = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (st, text) = get(&s, "/api/dispatch?ask=repeat%20my%20text").await;
+                    assert_eq!(st, StatusCode::OK, "{text}");
+                    let (st, v) = post(&s, json!({"key": "GOOD_ECHO", "body": "hi"})).await;
+                    assert_eq!(st, StatusCode::OK, "{v}");
+                    commits.push(v["catalogue_commit"].as_str().expect("commit").to_string());
+                    let (st, text) = get(&s, "/api/dispatch?key=GOOD_ECHO&format=json").await;
+                    assert_eq!(st, StatusCode::OK, "{text}");
+                }
+                commits
+            })
         })
-    };
+        .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let f = tokio::task::spawn_blocking(move || {
         add_row_and_rebuild(&f, "NEW_ECHO");
@@ -429,12 +435,12 @@ async fn live_reload_under_load_drops_nothing() {
     .await
     .expect("build");
     let built = Instant::now();
-    loop {
+    let new_commit = loop {
         let (st, v) = post(&s, json!({"key": "NEW_ECHO", "body": "fresh"})).await;
         if st == StatusCode::OK {
             assert_eq!(v["output"], "fresh");
             assert_ne!(v["catalogue_commit"], first_commit);
-            break;
+            break v["catalogue_commit"].as_str().expect("commit").to_string();
         }
         assert_eq!(v["error"]["code"], "unknown_key");
         assert!(
@@ -442,14 +448,27 @@ async fn live_reload_under_load_drops_nothing() {
             "the new row did not answer within a second"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    // Some load after the swap too.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let done = load.await.expect("no request failed");
-    assert!(done > 0);
-    assert!(matches!(
+    let mut invoked = 1; // NEW_ECHO's
+    let mut seen = std::collections::BTreeSet::new();
+    for client in load {
+        let commits = client.await.expect("no request failed");
+        assert!(!commits.is_empty(), "every client ran");
+        invoked += commits.len() as u64;
+        seen.extend(commits);
+    }
+    assert!(
+        seen.contains(&first_commit) && seen.contains(&new_commit),
+        "the load did not span the swap: {seen:?}"
+    );
+    assert_eq!(
         ledger::verify(&f.ledger_path()).expect("verify"),
-        Verdict::Intact { .. }
-    ));
+        Verdict::Intact { receipts: invoked },
+        "one receipt for each invocation"
+    );
 }
 
 /// `?registry=1&category=C` keeps one category's rows; every candidate of an ask carries the

@@ -132,9 +132,10 @@ async fn acknowledged_invocations_survive_sigkill() {
 /// The same with flows: SIGKILL while clients run a three-step flow (a receipt per step and
 /// one for the flow). Every acknowledged flow has its receipt and all three of its steps'
 /// below it, every tree in the ledger is whole, and the chain verifies.
+/// The restart on the same ledger runs a flow whose tree joins the chain after the kill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_flows_keep_their_whole_tree_through_sigkill() {
-    let (dir, _, acked) = load_then_kill(100, |client, port, body| async move {
+    async fn flow(client: reqwest::Client, port: u16, body: String) -> Option<String> {
         let answer = client
             .post(format!("http://127.0.0.1:{port}/api/dispatch"))
             .header("x-owner-key", OWNER)
@@ -147,8 +148,15 @@ async fn acknowledged_flows_keep_their_whole_tree_through_sigkill() {
         }
         let v: serde_json::Value = answer.json().await.ok()?;
         v["receipt"].as_str().map(str::to_string)
-    })
-    .await;
+    }
+    let (dir, port, mut acked) = load_then_kill(100, flow).await;
+    let client = crate::common::client();
+    let mut server = start(dir.path(), port);
+    common::wait_ready(&client, port, &mut server).await;
+    let after = flow(client, port, "after the restart".into()).await;
+    server.kill().expect("kill");
+    server.wait().expect("reap");
+    acked.push(after.expect("the restarted server runs the flow"));
     let db = Connection::open(dir.path().join("ledger.sqlite")).expect("ledger");
     for id in &acked {
         let (own, steps): (i64, i64) = db

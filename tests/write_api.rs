@@ -86,6 +86,20 @@ impl Served {
         git(self.repo.path(), args)
     }
 
+    /// The receipt a write's answer names, read back with the owner key.
+    async fn receipt(&self, answer: &Json) -> Json {
+        let id = answer["receipt"].as_str().expect("receipt");
+        let res = self
+            .client
+            .get(format!("{}/receipt/{id}", self.url))
+            .header("x-owner-key", OWNER)
+            .send()
+            .await
+            .expect("receipt");
+        assert_eq!(res.status(), 200);
+        res.json().await.expect("json")
+    }
+
     fn head(&self) -> String {
         self.git(&["rev-parse", "HEAD"])
     }
@@ -611,25 +625,50 @@ fn base64_url(s: &str) -> Vec<u8> {
     out
 }
 
-#[tokio::test]
+/// Two writes overlap in the dispatcher: both are held at the index's lock (another git's,
+/// taken here for a quarter of a second) until both have started, which their receipts'
+/// times prove; then both land, one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_writers_at_once_both_land() {
     let s = Served::start(Mode::Direct, |_| {}).await;
     let before = s.head();
+    let index_lock = s.repo.path().join(".git/index.lock");
+    let hold = || {
+        std::fs::write(&index_lock, "").expect("lock");
+        let lock = index_lock.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            std::fs::remove_file(lock).expect("unlock");
+        })
+    };
     // Two rows, and two fields of one row, each pair sent at once.
     let (first, second) = (
         new_row("FIRST_NEW", "First new row."),
         new_row("SECOND_NEW", "Second new row."),
     );
+    let held = hold();
     let (a, b) = tokio::join!(
         s.put_yaml("FIRST_NEW", &first),
         s.put_yaml("SECOND_NEW", &second),
     );
+    held.join().unwrap();
     assert_eq!((a.0, b.0), (201, 201), "{a:?} {b:?}");
+    let held = hold();
     let (c, d) = tokio::join!(
         s.patch("GOOD_ECHO", json!({"seq": 7}), OWNER),
         s.patch("GOOD_ECHO", json!({"planner_rank": 42}), OWNER),
     );
+    held.join().unwrap();
     assert_eq!((c.0, d.0), (201, 201), "{c:?} {d:?}");
+    for (x, y) in [(&a.1, &b.1), (&c.1, &d.1)] {
+        let (x, y) = (s.receipt(x).await, s.receipt(y).await);
+        let (x_start, x_end) = (x["started_at"].as_str(), x["finished_at"].as_str());
+        let (y_start, y_end) = (y["started_at"].as_str(), y["finished_at"].as_str());
+        assert!(
+            x_start.is_some() && y_start.is_some() && x_start < y_end && y_start < x_end,
+            "the two writes did not overlap: {x} {y}"
+        );
+    }
     // Four commits in a line, none lost.
     let log = s.git(&["log", "--format=%H", &format!("{before}..HEAD")]);
     let commits: Vec<&str> = log.lines().collect();
@@ -852,4 +891,73 @@ async fn a_write_cannot_take_another_categorys_asks() {
         )
         .await;
     assert_eq!(status, 201, "{v}");
+}
+
+/// The write API as an operator starts it and a contributor's script uses it: `capdir serve
+/// --catalogue DIR --write direct` from the command line, a write token minted with `capdir
+/// token mint --write`, a row created with it (a commit, served at once), and a row outside
+/// its scope refused with nothing committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_serves_writes_for_a_minted_token() {
+    let repo = Repo::new();
+    repo.write("GOOD_ECHO.yaml", &fixture("good/GOOD_ECHO.yaml"));
+    repo.write(
+        "OTHER_ROW.yaml",
+        &fn_row("OTHER_ROW", "misc", "Other words."),
+    );
+    repo.commit("First rows", "2024-01-01T10:00:00Z");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let catalogue = repo.catalogue().display().to_string();
+    let env = [("CAPDIR_OWNER_KEY", OWNER), ("CAPDIR_TOKEN_KEY", TOKEN_KEY)];
+    let served = common::Served::start(
+        dir.path(),
+        &["--catalogue", &catalogue, "--write", "direct"],
+        &env,
+    )
+    .await;
+    let before = git(repo.path(), &["rev-parse", "HEAD"]);
+    let mint = Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args(["token", "mint", "--write", "CLI_ROW", "--audience"])
+        .arg(served.url(""))
+        .arg("--site")
+        .arg(dir.path().join("site"))
+        .arg("--ledger")
+        .arg(format!("sqlite:{}", dir.path().join("ledger.sqlite").display()))
+        .env("CAPDIR_TOKEN_KEY", TOKEN_KEY)
+        .output()
+        .expect("capdir token mint");
+    let out = String::from_utf8_lossy(&mint.stdout);
+    assert!(mint.status.success(), "{out}{}", String::from_utf8_lossy(&mint.stderr));
+    let token = out.lines().last().expect("the token").to_string();
+    let client = crate::common::client();
+    let put = |key: &'static str| {
+        client
+            .put(served.url(&format!("/api/directory/{key}")))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/yaml")
+            .body(new_row(key, "From the command line."))
+            .send()
+    };
+    let res = put("CLI_ROW").await.expect("put");
+    let status = res.status();
+    let v: Json = res.json().await.expect("json");
+    assert_eq!(status, 201, "{v}");
+    let head = git(repo.path(), &["rev-parse", "HEAD"]);
+    assert_eq!(v["commit"], head.as_str(), "{v}");
+    assert_eq!(
+        git(repo.path(), &["show", "--name-status", "--format=", "HEAD"]),
+        "A\tcatalogue/CLI_ROW.yaml"
+    );
+    let contract = client
+        .get(served.url("/api/dispatch?key=CLI_ROW&format=json"))
+        .send()
+        .await
+        .expect("contract");
+    assert_eq!(contract.status(), 200, "the new row is served at once");
+    // Outside the token's write scope: refused, nothing committed.
+    let res = put("NOT_MINE").await.expect("put");
+    assert_eq!(res.status(), 403, "{}", res.text().await.unwrap_or_default());
+    assert_eq!(git(repo.path(), &["rev-parse", "HEAD"]), head);
+    assert_ne!(head, before);
+    drop(served);
 }

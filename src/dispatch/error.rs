@@ -47,6 +47,8 @@ pub enum DispatchError {
         /// The runner's error code (`fn:sha256`, `http:fetch`, `missing_args`, …).
         reason: String,
         receipt: Box<Receipt>,
+        /// A model's usage up to the failure (an agent stopped by its limits).
+        usage: Option<crate::invoke::outcome::Usage>,
     },
     /// The dispatcher could not do its part (the ledger, a site file, the search index); the
     /// detail went to the log when this was made.
@@ -181,6 +183,14 @@ impl DispatchError {
             DispatchError::Token { receipt, .. }
             | DispatchError::Anonymous { receipt, .. }
             | DispatchError::Failed { receipt, .. } => Some(receipt),
+            _ => None,
+        }
+    }
+
+    /// The model usage the failed call had spent, when it called one.
+    pub fn usage(&self) -> Option<&crate::invoke::outcome::Usage> {
+        match self {
+            DispatchError::Failed { usage, .. } => usage.as_ref(),
             _ => None,
         }
     }

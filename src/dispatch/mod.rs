@@ -44,6 +44,8 @@ pub struct Invoked {
     pub output: String,
     pub duration: Duration,
     pub truncated: bool,
+    /// A model's tokens (and price), summed over every turn; none for rows that call none.
+    pub usage: Option<crate::invoke::outcome::Usage>,
 }
 
 /// A text whose router tags ran: each tag replaced by its output, or by its refusal.
@@ -545,6 +547,7 @@ impl Dispatcher {
                 output,
                 reason: failure.code.clone(),
                 receipt: Box::new(receipt),
+                usage: outcome.usage,
             });
         }
         Ok(Invoked {
@@ -552,6 +555,7 @@ impl Dispatcher {
             output,
             duration: outcome.duration,
             truncated: outcome.truncated,
+            usage: outcome.usage,
         })
     }
 

@@ -215,6 +215,9 @@ pub trait Ledger: Send + Sync {
     fn verify(&self) -> BoxFuture<'_, Result<Verdict>>;
     /// Commits so far and their total time in seconds (for `/metrics`).
     fn commit_stats(&self) -> (u64, f64);
+    /// The durability setting of the connection receipts are committed on, as read back from
+    /// it (`synchronous=full`, `synchronous_commit=on`); none before the writer has started.
+    fn durability(&self) -> Option<String>;
     /// Remember a minted token's claims under its id (for `capdir token list`). Recording
     /// the same id again changes nothing.
     fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>>;
@@ -388,11 +391,14 @@ async fn answered(rx: oneshot::Receiver<Answer>) -> Result<Vec<Receipt>> {
     }
 }
 
-/// Commit counts and time, for `/metrics`.
+/// Commit counts and time, and how durable the writer's own connection commits, for
+/// `/metrics`.
 #[derive(Default)]
 struct Stats {
     commits: AtomicU64,
     micros: AtomicU64,
+    /// Set by the writer from its own connection when it starts (`synchronous=full`).
+    durability: std::sync::OnceLock<String>,
 }
 
 impl Stats {

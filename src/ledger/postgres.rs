@@ -203,6 +203,9 @@ impl PgLedger {
         let writer_conn = WriterConn::open(url).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
+        let _ = stats
+            .durability
+            .set(format!("synchronous_commit={}", writer_conn.synchronous));
         tokio::spawn(writer(url.clone(), Some(writer_conn), rx, stats.clone()));
         Ok(PgLedger {
             jobs: tx,
@@ -218,6 +221,8 @@ struct WriterConn {
     lock: Statement,
     last: Statement,
     insert: Statement,
+    /// `SHOW synchronous_commit` on this connection.
+    synchronous: String,
 }
 
 impl WriterConn {
@@ -232,6 +237,7 @@ impl WriterConn {
             .await
             .with_context(|| format!("setting up the ledger connection to {url}"))?;
         let lock = client.prepare("SELECT pg_advisory_xact_lock($1)").await?;
+        let synchronous: String = client.query_one("SHOW synchronous_commit", &[]).await?.get(0);
         let last = client
             .prepare("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1")
             .await?;
@@ -247,6 +253,7 @@ impl WriterConn {
             lock,
             last,
             insert,
+            synchronous,
         })
     }
 
@@ -344,6 +351,10 @@ impl Ledger for PgLedger {
 
     fn commit_stats(&self) -> (u64, f64) {
         self.stats.read()
+    }
+
+    fn durability(&self) -> Option<String> {
+        self.stats.durability.get().cloned()
     }
 
     fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>> {

@@ -132,6 +132,16 @@ fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
 }
 
 fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
+    let synchronous = db
+        .query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
+        .map_or("unknown", |level| match level {
+            0 => "off",
+            1 => "normal",
+            2 => "full",
+            3 => "extra",
+            _ => "unknown",
+        });
+    let _ = stats.durability.set(format!("synchronous={synchronous}"));
     while let Some(first) = rx.blocking_recv() {
         let jobs = batch(first, &mut rx);
         let started = Instant::now();
@@ -173,6 +183,10 @@ impl Ledger for SqliteLedger {
 
     fn commit_stats(&self) -> (u64, f64) {
         self.stats.read()
+    }
+
+    fn durability(&self) -> Option<String> {
+        self.stats.durability.get().cloned()
     }
 
     fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>> {

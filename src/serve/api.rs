@@ -329,6 +329,8 @@ fn invoked_response(done: &Invoked) -> Response {
         catalogue_commit: &'a str,
         duration_ms: f64,
         truncated: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<&'a crate::invoke::outcome::Usage>,
     }
     let receipt = &done.receipt;
     let mut response = axum::Json(Answer {
@@ -339,6 +341,7 @@ fn invoked_response(done: &Invoked) -> Response {
         catalogue_commit: &receipt.draft.catalogue_commit,
         duration_ms: done.duration.as_secs_f64() * 1000.0,
         truncated: done.truncated,
+        usage: done.usage.as_ref(),
     })
     .into_response();
     if let Ok(v) = HeaderValue::from_str(&receipt.draft.id) {
@@ -450,6 +453,12 @@ pub(super) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -
         out,
         "# HELP capdir_ledger_commit_seconds Time spent committing receipt batches.\n# TYPE capdir_ledger_commit_seconds summary\ncapdir_ledger_commit_seconds_sum {seconds}\ncapdir_ledger_commit_seconds_count {commits}"
     );
+    if let Some(durability) = dispatcher.ledger().durability() {
+        let _ = writeln!(
+            out,
+            "# HELP capdir_ledger_durability_info How the ledger's writer connection commits, read back from it.\n# TYPE capdir_ledger_durability_info gauge\ncapdir_ledger_durability_info{{setting=\"{durability}\"}} 1"
+        );
+    }
     if let Some(f) = dispatcher.follow_status() {
         let _ = writeln!(
             out,

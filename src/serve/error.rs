@@ -156,6 +156,9 @@ impl From<DispatchError> for ApiError {
                 .with("status", json!(receipt.draft.status))
                 .with("reason", json!(reason));
         }
+        if let Some(usage) = e.usage() {
+            api = api.with("usage", json!(usage));
+        }
         api
     }
 }

@@ -257,6 +257,10 @@ impl Catalogue {
                     Err(e) => return Err(e).context("removing the row's file"),
                 },
             }
+            #[cfg(test)]
+            if tests::FAIL_AFTER_COMMIT.get() {
+                bail!("a failure injected past the commit point");
+            }
             set_entry(&mut index, &commit.path, commit.blob, &file)?;
             // Buffered: the index is written an entry field at a time.
             let mut lock = std::io::BufWriter::with_capacity(256 * 1024, index_lock);
@@ -444,5 +448,94 @@ fn signature(author: &Author) -> gix::actor::Signature {
         name: author.name.as_str().into(),
         email: author.email.as_str().into(),
         time: gix::date::Time::now_utc(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::process::Command;
+
+    thread_local! {
+        /// Makes `land` fail after the branch moved and the file was put in place, before
+        /// the index is written: the one failure no real file system here produces on demand.
+        pub(super) static FAIL_AFTER_COMMIT: Cell<bool> = const { Cell::new(false) };
+    }
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf8").trim().to_string()
+    }
+
+    /// HEAD, the index's entries and every file of the work tree (`.git` aside).
+    fn state(dir: &Path) -> (String, String, Vec<(String, Vec<u8>)>) {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir.join("catalogue")).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            files.push((
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&path).expect("read"),
+            ));
+        }
+        files.sort();
+        (
+            git(dir, &["rev-parse", "HEAD"]),
+            git(dir, &["ls-files", "--stage"]),
+            files,
+        )
+    }
+
+    #[test]
+    fn a_failure_past_the_commit_point_moves_everything_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        git(root, &["init", "-q", "-b", "main"]);
+        std::fs::create_dir(root.join("catalogue")).unwrap();
+        std::fs::write(root.join("catalogue/OLD_ROW.yaml"), "key: OLD_ROW\n").unwrap();
+        git(root, &["add", "."]);
+        git(root, &["commit", "-q", "-m", "first"]);
+        let catalogue = Catalogue::open(&root.join("catalogue")).expect("open");
+        let author = Author {
+            name: "writer".into(),
+            email: "writer@example.com".into(),
+        };
+        let before = state(root);
+        // An edit, a new row and a removal: each undone after the branch had moved.
+        let writes = [
+            ("catalogue/OLD_ROW.yaml", Some(b"key: OLD_ROW\nseq: 2\n".to_vec())),
+            ("catalogue/NEW_ROW.yaml", Some(b"key: NEW_ROW\n".to_vec())),
+            ("catalogue/OLD_ROW.yaml", None),
+        ];
+        for (path, bytes) in writes {
+            let head = catalogue.head().expect("head");
+            let commit = catalogue
+                .prepare(&head, path, bytes, &author, "a write")
+                .expect("prepare");
+            FAIL_AFTER_COMMIT.set(true);
+            let landed = catalogue.land(&commit, &author);
+            FAIL_AFTER_COMMIT.set(false);
+            let err = landed.expect_err("the injected failure");
+            assert!(err.to_string().contains("injected"), "{err:#}");
+            assert_eq!(state(root), before, "{path}: HEAD, the index or a file changed");
+            let reflog = git(root, &["reflog", "-1", "--format=%gs", "main"]);
+            assert_eq!(reflog, "capdir: undo a write that failed", "{path}");
+            assert_eq!(git(root, &["status", "--porcelain"]), "", "{path}");
+        }
+        // Without the failure the same write lands.
+        let head = catalogue.head().expect("head");
+        let commit = catalogue
+            .prepare(&head, "catalogue/NEW_ROW.yaml", Some(b"key: NEW_ROW\n".to_vec()), &author, "a write")
+            .expect("prepare");
+        catalogue.land(&commit, &author).expect("land");
+        assert_eq!(git(root, &["rev-parse", "HEAD"]), commit.id.to_string());
+        assert_eq!(git(root, &["status", "--porcelain"]), "");
     }
 }
