@@ -10,7 +10,10 @@ const SCAFFOLD: &str = "tests/fixtures/broken/scaffold_placeholder";
 
 fn check(args: &[&str], github_actions: Option<&str>) -> Output {
     let mut cmd = Command::new(BIN);
-    cmd.arg("check").args(args).env_remove("GITHUB_ACTIONS");
+    cmd.arg("check")
+        .args(args)
+        .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITHUB_STEP_SUMMARY");
     if let Some(v) = github_actions {
         cmd.env("GITHUB_ACTIONS", v);
     }
@@ -66,6 +69,52 @@ fn github_annotations_point_at_file_line_and_column() {
             .last()
             .is_some_and(|l| l.starts_with("checked 1 row"))
     );
+}
+
+/// GitHub shows ten annotations of a level per step and drops the rest: past ten, the log
+/// says how many more there are, and the step summary holds every finding.
+#[test]
+fn past_ten_annotations_the_step_summary_holds_every_finding() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scaffold =
+        std::fs::read_to_string(format!("{SCAFFOLD}/SCAFFOLD_ROW.yaml")).expect("scaffold");
+    for key in ["SCAFFOLD_ONE", "SCAFFOLD_TWO"] {
+        std::fs::write(
+            dir.path().join(format!("{key}.yaml")),
+            scaffold.replace("SCAFFOLD_ROW", key),
+        )
+        .expect("write");
+    }
+    let catalogue = dir.path().to_str().unwrap();
+    let json: Json =
+        serde_json::from_str(&stdout(&check(&[catalogue, "--format", "json"], None))).unwrap();
+    let findings = json["diagnostics"].as_array().expect("diagnostics").len();
+    let errors = json["errors"].as_u64().unwrap() as usize;
+    assert!(errors > 10, "the fixture makes more than ten errors: {json}");
+    let summary = dir.path().join("summary.md");
+    let out = Command::new(BIN)
+        .args(["check", catalogue])
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .expect("run capdir check");
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let unshown = (errors - 10) + (findings - errors).saturating_sub(10);
+    assert!(
+        text.contains(&format!("::notice title=capdir check::{unshown} more findings than GitHub shows")),
+        "{text}"
+    );
+    let table = std::fs::read_to_string(&summary).expect("the step summary");
+    let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
+    assert_eq!(rows.len(), findings, "{table}");
+    assert!(
+        rows.iter().any(|r| r.contains("SCAFFOLD_TWO.yaml:5:11` | error | `bad_category`")),
+        "{table}"
+    );
+    // Under ten of each: no notice.
+    let few = stdout(&check(&[SCAFFOLD, "--format", "github"], None));
+    assert!(!few.contains("::notice"), "{few}");
 }
 
 #[test]

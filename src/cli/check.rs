@@ -38,5 +38,19 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         crate::check::against_base(&files, &mut checked, &base_files);
     }
     print!("{}", diag::render(&checked.diags, checked.files, format));
+    // On GitHub every finding also goes to the step summary: annotations stop at ten a level.
+    if format == Format::Github
+        && let Some(summary) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty())
+    {
+        use std::io::Write as _;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&summary)
+            .and_then(|mut f| {
+                f.write_all(diag::step_summary(&checked.diags, checked.files).as_bytes())
+            })
+            .map_err(|e| anyhow::anyhow!("writing the step summary {}: {e}", summary.display()))?;
+    }
     Ok(super::exit(!checked.has_errors()))
 }

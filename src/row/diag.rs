@@ -144,6 +144,15 @@ pub fn render(diags: &[Diagnostic], rows: usize, format: Format) -> String {
             for d in diags {
                 out.push_str(&d.render_github());
             }
+            let unshown = errors.saturating_sub(ANNOTATIONS_SHOWN)
+                + warnings.saturating_sub(ANNOTATIONS_SHOWN);
+            if unshown > 0 {
+                let _ = writeln!(
+                    out,
+                    "::notice title=capdir check::{unshown} more finding{} than GitHub shows as annotations (10 errors and 10 warnings a step): every one is in the step summary and in this log",
+                    plural(unshown)
+                );
+            }
             let _ = writeln!(
                 out,
                 "checked {rows} row files: {errors} errors, {warnings} warnings"
@@ -163,6 +172,41 @@ pub fn render(diags: &[Diagnostic], rows: usize, format: Format) -> String {
             s
         }
     }
+}
+
+/// How many annotations of each level GitHub shows for one step; the rest are dropped.
+const ANNOTATIONS_SHOWN: usize = 10;
+
+/// Every finding as a Markdown table, for GitHub's step summary (`$GITHUB_STEP_SUMMARY`),
+/// which has no limit of ten.
+pub fn step_summary(diags: &[Diagnostic], rows: usize) -> String {
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    let mut out = format!(
+        "### capdir check: {errors} error{}, {} warning{} in {rows} row file{}\n\n",
+        plural(errors),
+        diags.len() - errors,
+        plural(diags.len() - errors),
+        plural(rows)
+    );
+    if diags.is_empty() {
+        return out;
+    }
+    out.push_str("| where | level | code | problem | how to fix |\n|---|---|---|---|---|\n");
+    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    for d in diags {
+        let _ = writeln!(
+            out,
+            "| `{}:{}:{}` | {} | `{}` | {} | {} |",
+            cell(&d.path.display().to_string()),
+            d.line.max(1),
+            d.col.max(1),
+            d.severity_word(),
+            d.code,
+            cell(&d.message),
+            cell(&d.help)
+        );
+    }
+    out
 }
 
 fn plural(n: usize) -> &'static str {
