@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 cargo build --release --quiet
 CAPDIR="$PWD/target/release/capdir"
 OUT="${BENCH_OUT:-/tmp/capdir-bench-search}"
-Q="${QUERIES:-../shared/eval/metatool/queries-dev.jsonl}"
+Q="${QUERIES:-eval/metatool/queries-dev.jsonl}"
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000 100000)
 
 # build BINARY DIR SITE: the index step's milliseconds (lexical index and row vectors).
