@@ -90,7 +90,10 @@ fn past_ten_annotations_the_step_summary_holds_every_finding() {
         serde_json::from_str(&stdout(&check(&[catalogue, "--format", "json"], None))).unwrap();
     let findings = json["diagnostics"].as_array().expect("diagnostics").len();
     let errors = json["errors"].as_u64().unwrap() as usize;
-    assert!(errors > 10, "the fixture makes more than ten errors: {json}");
+    assert!(
+        errors > 10,
+        "the fixture makes more than ten errors: {json}"
+    );
     let summary = dir.path().join("summary.md");
     let out = Command::new(BIN)
         .args(["check", catalogue])
@@ -102,14 +105,17 @@ fn past_ten_annotations_the_step_summary_holds_every_finding() {
     let text = stdout(&out);
     let unshown = (errors - 10) + (findings - errors).saturating_sub(10);
     assert!(
-        text.contains(&format!("::notice title=capdir check::{unshown} more findings than GitHub shows")),
+        text.contains(&format!(
+            "::notice title=capdir check::{unshown} more findings than GitHub shows"
+        )),
         "{text}"
     );
     let table = std::fs::read_to_string(&summary).expect("the step summary");
     let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
     assert_eq!(rows.len(), findings, "{table}");
     assert!(
-        rows.iter().any(|r| r.contains("SCAFFOLD_TWO.yaml:5:11` | error | `bad_category`")),
+        rows.iter()
+            .any(|r| r.contains("SCAFFOLD_TWO.yaml:5:11` | error | `bad_category`")),
         "{table}"
     );
     // Under ten of each: no notice.

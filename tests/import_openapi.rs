@@ -658,7 +658,10 @@ fn openapi_3_and_3_1_examples_import_and_report_what_they_cannot_map() {
         assert_eq!(report["rows"].as_array().map(Vec::len), Some(rows), "{rel}");
         if rows > 0 {
             assert_eq!(
-                files(&out).keys().filter(|n| n.ends_with(".yaml") && *n != "bindings.yaml").count(),
+                files(&out)
+                    .keys()
+                    .filter(|n| n.ends_with(".yaml") && *n != "bindings.yaml")
+                    .count(),
                 rows,
                 "{rel}: a file for each row"
             );
@@ -1234,7 +1237,13 @@ mod never_panics {
             });
         (
             prop::sample::select(vec!["get", "post", "put", "patch", "delete", "trace"]),
-            prop::option::of(prop::sample::select(vec!["listThings", "get-a", "x", "ünï", ""])),
+            prop::option::of(prop::sample::select(vec![
+                "listThings",
+                "get-a",
+                "x",
+                "ünï",
+                "",
+            ])),
             ".{0,40}",
             prop::collection::vec(parameter, 0..4),
             prop::option::of(value()),
@@ -1294,7 +1303,9 @@ mod never_panics {
         runner
             .run(&document_value(), |doc| {
                 let text = doc.to_string();
-                let Ok(parsed) = document::parse(&text, "fuzz.json") else { return Ok(()) };
+                let Ok(parsed) = document::parse(&text, "fuzz.json") else {
+                    return Ok(());
+                };
                 if let Ok(plan) = import(&parsed, &Options::default(), &[], Path::new("out")) {
                     let files: Vec<capdir::row::catalogue::SourceFile> = plan
                         .writes
@@ -1305,7 +1316,12 @@ mod never_panics {
                         })
                         .collect();
                     let checked = capdir::check::check_files(&files);
-                    prop_assert!(!checked.has_errors(), "{:?}\n{:?}", checked.diags, plan.writes);
+                    prop_assert!(
+                        !checked.has_errors(),
+                        "{:?}\n{:?}",
+                        checked.diags,
+                        plan.writes
+                    );
                     let asks = capdir::check::asks_gate(&checked.rows);
                     prop_assert!(asks.is_empty(), "{asks:?}");
                     if !checked.rows.is_empty() {

@@ -2,7 +2,6 @@
 //! origin or adds a query parameter, none breaks out of a JSON string, and no body makes an
 //! invocation panic.
 
-
 use capdir::invoke::rowset::RowSet;
 use capdir::invoke::runner::http::{prepare, render_url};
 use capdir::invoke::runner::{Call, Environment};

@@ -1,7 +1,6 @@
 //! Ask: the tantivy index over the bundled catalogue and small fixtures — key words, stemming,
 //! disabled rows, tie-breaks, the asks gate, the on-disk index, and `ask --batch`.
 
-
 use capdir::check::{asks_gate, check_files};
 use capdir::row::Row;
 use capdir::row::catalogue::{SourceFile, read_dir};

@@ -922,12 +922,19 @@ async fn the_command_line_serves_writes_for_a_minted_token() {
         .arg("--site")
         .arg(dir.path().join("site"))
         .arg("--ledger")
-        .arg(format!("sqlite:{}", dir.path().join("ledger.sqlite").display()))
+        .arg(format!(
+            "sqlite:{}",
+            dir.path().join("ledger.sqlite").display()
+        ))
         .env("CAPDIR_TOKEN_KEY", TOKEN_KEY)
         .output()
         .expect("capdir token mint");
     let out = String::from_utf8_lossy(&mint.stdout);
-    assert!(mint.status.success(), "{out}{}", String::from_utf8_lossy(&mint.stderr));
+    assert!(
+        mint.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&mint.stderr)
+    );
     let token = out.lines().last().expect("the token").to_string();
     let client = crate::common::client();
     let put = |key: &'static str| {
@@ -956,7 +963,12 @@ async fn the_command_line_serves_writes_for_a_minted_token() {
     assert_eq!(contract.status(), 200, "the new row is served at once");
     // Outside the token's write scope: refused, nothing committed.
     let res = put("NOT_MINE").await.expect("put");
-    assert_eq!(res.status(), 403, "{}", res.text().await.unwrap_or_default());
+    assert_eq!(
+        res.status(),
+        403,
+        "{}",
+        res.text().await.unwrap_or_default()
+    );
     assert_eq!(git(repo.path(), &["rev-parse", "HEAD"]), head);
     assert_ne!(head, before);
     drop(served);

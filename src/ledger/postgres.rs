@@ -237,7 +237,10 @@ impl WriterConn {
             .await
             .with_context(|| format!("setting up the ledger connection to {url}"))?;
         let lock = client.prepare("SELECT pg_advisory_xact_lock($1)").await?;
-        let synchronous: String = client.query_one("SHOW synchronous_commit", &[]).await?.get(0);
+        let synchronous: String = client
+            .query_one("SHOW synchronous_commit", &[])
+            .await?
+            .get(0);
         let last = client
             .prepare("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1")
             .await?;

@@ -471,8 +471,15 @@ mod tests {
             .args(args)
             .output()
             .expect("git");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).expect("utf8").trim().to_string()
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .expect("utf8")
+            .trim()
+            .to_string()
     }
 
     /// HEAD, the index's entries and every file of the work tree (`.git` aside).
@@ -510,7 +517,10 @@ mod tests {
         let before = state(root);
         // An edit, a new row and a removal: each undone after the branch had moved.
         let writes = [
-            ("catalogue/OLD_ROW.yaml", Some(b"key: OLD_ROW\nseq: 2\n".to_vec())),
+            (
+                "catalogue/OLD_ROW.yaml",
+                Some(b"key: OLD_ROW\nseq: 2\n".to_vec()),
+            ),
             ("catalogue/NEW_ROW.yaml", Some(b"key: NEW_ROW\n".to_vec())),
             ("catalogue/OLD_ROW.yaml", None),
         ];
@@ -524,7 +534,11 @@ mod tests {
             FAIL_AFTER_COMMIT.set(false);
             let err = landed.expect_err("the injected failure");
             assert!(err.to_string().contains("injected"), "{err:#}");
-            assert_eq!(state(root), before, "{path}: HEAD, the index or a file changed");
+            assert_eq!(
+                state(root),
+                before,
+                "{path}: HEAD, the index or a file changed"
+            );
             let reflog = git(root, &["reflog", "-1", "--format=%gs", "main"]);
             assert_eq!(reflog, "capdir: undo a write that failed", "{path}");
             assert_eq!(git(root, &["status", "--porcelain"]), "", "{path}");
@@ -532,7 +546,13 @@ mod tests {
         // Without the failure the same write lands.
         let head = catalogue.head().expect("head");
         let commit = catalogue
-            .prepare(&head, "catalogue/NEW_ROW.yaml", Some(b"key: NEW_ROW\n".to_vec()), &author, "a write")
+            .prepare(
+                &head,
+                "catalogue/NEW_ROW.yaml",
+                Some(b"key: NEW_ROW\n".to_vec()),
+                &author,
+                "a write",
+            )
             .expect("prepare");
         catalogue.land(&commit, &author).expect("land");
         assert_eq!(git(root, &["rev-parse", "HEAD"]), commit.id.to_string());
