@@ -6,6 +6,9 @@
 # table comes first, then the exit status is 1 when a run had wrk errors, a broken chain, or
 # receipts that do not match the calls wrk saw acknowledged (each named on stderr).
 #   bench/ledger.sh [SECONDS]   (default 10; needs wrk and PostgreSQL: .ci/deps)
+#   CAPDIR_BIN=target/debug/capdir bench/ledger.sh 5   a binary built already (.ci/run uses
+#                                  the tests' own: the receipts and the chain are checked the
+#                                  same; the figures are a debug build's, not a release's)
 # PostgreSQL: CAPDIR_BENCH_POSTGRES, else CAPDIR_TEST_POSTGRES, else the role .ci/deps makes;
 # it needs CREATEDB (each run gets a fresh database, dropped at the end).
 set -euo pipefail
@@ -14,8 +17,13 @@ command -v wrk >/dev/null || { echo "needs wrk (.ci/deps installs it)"; exit 1; 
 command -v psql >/dev/null || { echo "needs psql and PostgreSQL (.ci/deps installs them)"; exit 1; }
 secs="${1:-10}"
 admin="${CAPDIR_BENCH_POSTGRES:-${CAPDIR_TEST_POSTGRES:-postgres://capdir:capdir@127.0.0.1:5432/capdir_test}}"
-cargo build --release --quiet --bin capdir
-bin=target/release/capdir
+if [[ -n "${CAPDIR_BIN:-}" ]]; then
+  bin="$CAPDIR_BIN"
+else
+  cargo build --release --quiet --bin capdir
+  bin=target/release/capdir
+fi
+echo "binary: $bin"
 work="$(mktemp -d)"
 dbs=()
 pids=()
