@@ -292,15 +292,7 @@ async fn a_created_row_is_a_commit_served_on_the_next_request() {
         "A\tcatalogue/SHOUT_BACK.yaml"
     );
     // The write's receipt, like an invocation's.
-    let receipt = v["receipt"].as_str().expect("receipt");
-    let res = s
-        .client
-        .get(format!("{}/receipt/{receipt}", s.url))
-        .header("x-owner-key", OWNER)
-        .send()
-        .await
-        .expect("receipt");
-    let r: Json = res.json().await.expect("json");
+    let r = s.receipt(&v).await;
     assert_eq!(
         (&r["runner"], &r["status"], &r["catalogue_commit"]),
         (
