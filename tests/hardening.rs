@@ -438,6 +438,18 @@ async fn a_token_that_no_longer_holds_reads_no_receipt() {
     assert_eq!(read_receipt(&s, &id, OWNER).await.0, StatusCode::OK);
 }
 
+/// The status of `tools/list` in session `sid`, sent with `credential` from `peer`.
+async fn tools_list(
+    s: &AppState,
+    credential: Option<&str>,
+    sid: Option<&str>,
+    peer: &str,
+) -> StatusCode {
+    send(s, mcp_request(TOOLS_LIST, credential, sid, peer))
+        .await
+        .0
+}
+
 fn mcp_request(
     body: &str,
     credential: Option<&str>,
@@ -488,11 +500,7 @@ async fn mcp_sessions_are_bound_to_who_opened_them() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{v}");
     let token = sign(&claims(&["SHA_TOOL"], Risk::Low, 600));
-    let (status, _, _) = send(
-        &s,
-        mcp_request(TOOLS_LIST, Some(&token), Some(&sid), "127.0.0.1:1000"),
-    )
-    .await;
+    let status = tools_list(&s, Some(&token), Some(&sid), "127.0.0.1:1000").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let mut delete = Request::delete("/mcp")
         .header("mcp-session-id", &sid)
@@ -514,21 +522,13 @@ async fn mcp_sessions_are_bound_to_who_opened_them() {
         assert_eq!(status, StatusCode::OK);
         first.get_or_insert(headers["mcp-session-id"].to_str().unwrap().to_string());
     }
-    let (status, _, _) = send(
-        &s,
-        mcp_request(TOOLS_LIST, Some(OWNER), Some(&sid), "127.0.0.1:1000"),
-    )
-    .await;
+    let status = tools_list(&s, Some(OWNER), Some(&sid), "127.0.0.1:1000").await;
     assert_eq!(
         status,
         StatusCode::OK,
         "the owner's session survives the flood"
     );
-    let (status, _, _) = send(
-        &s,
-        mcp_request(TOOLS_LIST, None, first.as_deref(), "127.0.0.3:5"),
-    )
-    .await;
+    let status = tools_list(&s, None, first.as_deref(), "127.0.0.3:5").await;
     assert_eq!(
         status,
         StatusCode::NOT_FOUND,
@@ -543,21 +543,13 @@ async fn mcp_sessions_are_bound_to_who_opened_them() {
         let (status, _, _) = send(&s, mcp_request(INITIALIZE, None, None, &peer)).await;
         assert_eq!(status, StatusCode::OK);
     }
-    let (status, _, _) = send(
-        &s,
-        mcp_request(TOOLS_LIST, None, Some(&earliest), "10.9.0.1:5"),
-    )
-    .await;
+    let status = tools_list(&s, None, Some(&earliest), "10.9.0.1:5").await;
     assert_eq!(
         status,
         StatusCode::NOT_FOUND,
         "the anonymous pool is bounded"
     );
-    let (status, _, _) = send(
-        &s,
-        mcp_request(TOOLS_LIST, Some(OWNER), Some(&sid), "127.0.0.1:1000"),
-    )
-    .await;
+    let status = tools_list(&s, Some(OWNER), Some(&sid), "127.0.0.1:1000").await;
     assert_eq!(
         status,
         StatusCode::OK,
