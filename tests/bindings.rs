@@ -691,6 +691,7 @@ fn write_token(write: &[&str], credentials: &[&str]) -> String {
         body: None,
         max_payload: None,
         credentials: credentials.iter().map(|c| c.to_string()).collect(),
+        watch: Default::default(),
     };
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }

@@ -165,6 +165,7 @@ fn claims(keys: &[&str], risk: Risk, exp_in: i64) -> Claims {
         body: None,
         max_payload: None,
         credentials: vec![],
+        watch: Default::default(),
     }
 }
 

@@ -414,6 +414,7 @@ fn claims(id: &str) -> Claims {
         body: Some("fixed \"body\"".into()),
         max_payload: None,
         credentials: vec![],
+        watch: Default::default(),
     }
 }
 

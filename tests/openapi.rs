@@ -202,6 +202,7 @@ async fn the_document_describes_every_route_and_answer() {
         body: None,
         max_payload: Some(8),
         credentials: vec![],
+        watch: Default::default(),
     };
     let tok = TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims);
 

@@ -44,4 +44,5 @@ mod server;
 mod server_crash;
 mod static_files;
 mod tokens;
+mod watcher;
 mod write_api;

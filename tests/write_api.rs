@@ -222,6 +222,7 @@ fn token(write: &[&str], keys: &[&str]) -> String {
         body: None,
         max_payload: None,
         credentials: vec![],
+        watch: Default::default(),
     };
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }

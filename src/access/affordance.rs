@@ -38,6 +38,10 @@ pub struct Affordances {
     pub until: Option<String>,
     /// The highest risk this credential may take on: `high` may run sensitive rows.
     pub risk_ceiling: &'static str,
+    /// Why a call waits for a person's approval before it runs (`sensitive`, `token`); none
+    /// when it runs at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needs_approval: Option<&'static str>,
 }
 
 /// The dispatcher's side of the question: what it allows whoever asks.
@@ -69,6 +73,7 @@ pub fn of(caller: &Caller, row: &Row, fp: &str, here: Here<'_>, revoked: bool) -
         max_payload_bytes: body_limit,
         until: None,
         risk_ceiling: "high",
+        needs_approval: None,
     };
     match caller {
         Caller::Owner => {}
@@ -111,7 +116,9 @@ pub fn of(caller: &Caller, row: &Row, fp: &str, here: Here<'_>, revoked: bool) -
                         sensitive: row.sensitive,
                         fingerprint: fp,
                     };
-                    token::check_call(claims, target, None)
+                    let needs = crate::access::watch::needs_approval(claims, row.sensitive);
+                    a.needs_approval = needs.map(|n| n.as_str());
+                    token::check_call_approved(claims, target, None, needs.is_some())
                 })
             };
             if let Err(r) = verdict {
@@ -141,7 +148,15 @@ impl Affordances {
             self.risk_ceiling
         );
         match &self.refused {
-            None => s.push_str("- May invoke: yes\n"),
+            None => match self.needs_approval {
+                Some(why) => {
+                    let _ = writeln!(
+                        s,
+                        "- May invoke: yes, once a person approves the call (`{why}`): the call answers 202 PENDING_APPROVAL with a poll_url"
+                    );
+                }
+                None => s.push_str("- May invoke: yes\n"),
+            },
             Some(r) => {
                 let _ = writeln!(s, "- May invoke: no — `{}`: {}", r.reason, r.message);
             }

@@ -259,6 +259,7 @@ mod tests {
             body: None,
             max_payload: None,
             credentials: vec![],
+            watch: Default::default(),
         }))
     }
 

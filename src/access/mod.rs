@@ -6,3 +6,4 @@
 pub mod affordance;
 pub mod auth;
 pub mod token;
+pub mod watch;

@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::path::{Path, PathBuf};
 
+pub use crate::access::watch::Watch;
+
 /// What every token starts with; also how `authenticate` tells a token from the owner key.
 pub const PREFIX: &str = "cdt1.";
 
@@ -96,6 +98,9 @@ pub struct Claims {
     /// here, a write scope never decides where a secret goes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<String>,
+    /// Whether a person approves its calls, whether it may approve others', and its limits.
+    #[serde(default, skip_serializing_if = "Watch::is_empty")]
+    pub watch: Watch,
 }
 
 impl Claims {
@@ -395,6 +400,17 @@ pub fn check_holder(claims: &Claims, now: i64, audience: &str) -> Result<(), Ref
 /// The checks about this call: scope, contract_changed, risk ceiling, then the input
 /// (`None` when the caller sent no body and no args).
 pub fn check_call(claims: &Claims, target: Target<'_>, input: Option<&str>) -> Result<(), Refusal> {
+    check_call_approved(claims, target, input, false)
+}
+
+/// `check_call`, where `approved` says a person approved the call (or is about to be asked):
+/// the person stands in for the risk ceiling, nothing else.
+pub fn check_call_approved(
+    claims: &Claims,
+    target: Target<'_>,
+    input: Option<&str>,
+    approved: bool,
+) -> Result<(), Refusal> {
     let in_scope = claims.keys.iter().any(|k| k == target.key)
         || (!target.category.is_empty() && claims.categories.iter().any(|c| c == target.category));
     if !in_scope {
@@ -427,7 +443,7 @@ pub fn check_call(claims: &Claims, target: Target<'_>, input: Option<&str>) -> R
             ),
         );
     }
-    if target.sensitive && claims.risk < Risk::High {
+    if target.sensitive && claims.risk < Risk::High && !approved {
         return refuse(
             Reason::RiskCeiling,
             format!(
@@ -596,6 +612,7 @@ mod tests {
             body: None,
             max_payload: None,
             credentials: vec![],
+            watch: Watch::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! each with its arguments (`Args`) and what it does (`run`); this file only dispatches and
 //! holds what several commands share (logs, the bundled build, where state lives).
 
+mod approvals;
 mod ask;
 mod breaker;
 mod build;
@@ -56,6 +57,9 @@ enum Command {
     Route(route::Args),
     /// Mint, revoke and list capability tokens.
     Token(token::Args),
+    /// The calls waiting for a person's approval on a running dispatcher: list, show,
+    /// approve, deny.
+    Approvals(approvals::Args),
     /// Check or read the receipt ledger.
     Ledger(ledger::Args),
     /// Show or reset the per-credential circuit breakers.
@@ -77,6 +81,7 @@ pub fn run() -> ExitCode {
         Command::Mcp(a) => mcp::run(a),
         Command::Route(a) => route::run(a),
         Command::Token(a) => token::run(a),
+        Command::Approvals(a) => approvals::run(a),
         Command::Ledger(a) => ledger::run(a),
         Command::Breaker(a) => breaker::run(a),
     };

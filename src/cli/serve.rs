@@ -94,6 +94,13 @@ struct Limits {
     /// ceiling: the open-file limit less a reserve (a quarter of it, 32 to 1024).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: Option<u64>,
+    /// How long a call waits for a person's approval before it expires (e.g. 15m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_ttl_secs, default_value = "15m")]
+    approval_ttl: u64,
+}
+
+fn parse_ttl_secs(s: &str) -> Result<u64, String> {
+    crate::access::token::parse_ttl(s).map(|n| n as u64)
 }
 
 fn parse_seconds(s: &str) -> Result<u64, String> {
@@ -258,6 +265,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
             public_metrics,
             body_limit: limits.body_limit,
             max_inflight: limits.max_inflight,
+            approval_ttl: std::time::Duration::from_secs(limits.approval_ttl),
             write,
             ..settings
         };

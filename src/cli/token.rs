@@ -4,7 +4,8 @@
 //! Minting lives with the command, not in `access/`: it reads a built site and writes the
 //! ledger, and the ledger already depends on `access/` for the claims it stores.
 
-use crate::access::token::{self, Claims, Risk, TokenKey};
+use crate::access::token::{self, Claims, Risk, TokenKey, Watch};
+use crate::access::watch;
 use crate::invoke::rowset::RowSet;
 use crate::ledger::{Ledger, Location, TokenEntry};
 use anyhow::{Result, bail};
@@ -121,6 +122,69 @@ pub struct Request {
     /// or keep while changing where it sends them; the bindings still decide where they go.
     #[arg(long, value_delimiter = ',', value_name = "ENV")]
     pub credentials: Vec<String>,
+    /// Every call of this token waits for a person's approval (`capdir approvals`).
+    #[arg(long)]
+    pub approval: bool,
+    /// The token may see the calls waiting for approval and decide them.
+    #[arg(long)]
+    pub approver: bool,
+    /// At most this many calls per period: 10/min, 100/h, 5/30s.
+    #[arg(long, value_name = "N/PERIOD")]
+    pub rate: Option<String>,
+    /// At most this many calls per UTC day.
+    #[arg(long, value_name = "N")]
+    pub daily: Option<u64>,
+    /// At most this many calls of any one row over the token's life.
+    #[arg(long, value_name = "N")]
+    pub per_row: Option<u64>,
+    /// At most this much model cost, in US dollars (from the agent price table).
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<String>,
+    /// The loop breaker: the same key with the same arguments at most N times in
+    /// --repeat-window.
+    #[arg(long, value_name = "N")]
+    pub max_repeats: Option<u64>,
+    /// The window --max-repeats counts in.
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub repeat_window: String,
+}
+
+impl Request {
+    /// The watcher's part of the claims: approval, approver and the limits.
+    fn watch(&self) -> Result<Watch> {
+        let positive = |what: &str, n: Option<u64>| match n {
+            Some(0) => bail!("{what} must be above zero"),
+            n => Ok(n),
+        };
+        let max_repeats = match positive("--max-repeats", self.max_repeats)? {
+            Some(calls) => Some(watch::Rate {
+                calls,
+                per_secs: token::parse_ttl(&self.repeat_window)
+                    .map_err(|e| anyhow::anyhow!("--repeat-window: {e}"))?
+                    as u64,
+            }),
+            None => None,
+        };
+        Ok(Watch {
+            approval: self.approval,
+            approver: self.approver,
+            rate: self
+                .rate
+                .as_deref()
+                .map(watch::parse_rate)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--rate: {e}"))?,
+            daily: positive("--daily", self.daily)?,
+            per_row: positive("--per-row", self.per_row)?,
+            max_cost_micro_usd: self
+                .max_cost
+                .as_deref()
+                .map(watch::parse_usd)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--max-cost: {e}"))?,
+            max_repeats,
+        })
+    }
 }
 
 /// A minted token and its claims.
@@ -148,6 +212,9 @@ impl Minted {
         }
         if let Some(m) = c.max_payload {
             let _ = writeln!(s, "payload:   at most {m} bytes");
+        }
+        if !c.watch.is_empty() {
+            let _ = writeln!(s, "watch:     {}", c.watch.text());
         }
         s.push_str("revoke with `capdir token revoke ");
         s.push_str(&c.id);
@@ -180,8 +247,9 @@ pub async fn mint(
     if !credentials.is_empty() && write.is_empty() {
         bail!("--credentials widens a write scope: give --write too");
     }
-    if keys.is_empty() && categories.is_empty() && write.is_empty() {
-        bail!("a token needs a scope: --keys A,B, --categories x,y and/or --write A,x");
+    let watch = req.watch()?;
+    if keys.is_empty() && categories.is_empty() && write.is_empty() && !watch.approver {
+        bail!("a token needs a scope: --keys A,B, --categories x,y, --write A,x and/or --approver");
     }
     if let Some(bad) = write
         .iter()
@@ -239,6 +307,7 @@ pub async fn mint(
         body: req.fixed_body.clone(),
         max_payload: req.max_payload,
         credentials,
+        watch,
     };
     let token = key.sign(&claims);
     ledger.record_token(&claims).await?;
@@ -270,11 +339,16 @@ pub fn render_list(entries: &[TokenEntry], now: i64) -> String {
         };
         let detail = match &e.claims {
             Some(c) => format!(
-                "{} · risk {} · {}{}",
+                "{} · risk {} · {}{}{}",
                 c.scope_text(),
                 c.risk.as_str(),
                 c.aud,
-                if c.pin.is_some() { " · pinned" } else { "" }
+                if c.pin.is_some() { " · pinned" } else { "" },
+                if c.watch.is_empty() {
+                    String::new()
+                } else {
+                    format!(" · {}", c.watch.text())
+                }
             ),
             None => "minted elsewhere".into(),
         };

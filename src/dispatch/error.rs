@@ -3,8 +3,10 @@
 //! The edges translate it: `serve/` to an HTTP status and a JSON body, MCP to a tool error,
 //! the CLI to an exit code. The words (message, how to fix) are the same everywhere.
 
+use super::watcher::{ApprovalRefusal, Ticket};
 use crate::access::auth::Denied;
 use crate::access::token::Reason;
+use crate::access::watch::Limit;
 use crate::invoke::rowset::RowSet;
 use crate::ledger::Receipt;
 
@@ -53,6 +55,21 @@ pub enum DispatchError {
     /// The dispatcher could not do its part (the ledger, a site file, the search index); the
     /// detail went to the log when this was made.
     Unavailable { what: &'static str },
+    /// The call waits for a person's approval; nothing ran. Its `PENDING_APPROVAL` receipt.
+    PendingApproval {
+        ticket: Box<Ticket>,
+        receipt: Box<Receipt>,
+    },
+    /// The token is past one of its limits, with the `REFUSED` receipt naming it.
+    Limited {
+        limit: Limit,
+        message: String,
+        /// Seconds until the limit's window ends.
+        retry_after: u64,
+        receipt: Box<Receipt>,
+    },
+    /// A request about an approval refused (unknown, not an approver, decided already, …).
+    Approval(ApprovalRefusal),
 }
 
 /// How a row that was dispatched failed.
@@ -103,6 +120,9 @@ impl DispatchError {
                 Failure::Upstream => "upstream_failed",
             },
             DispatchError::Unavailable { .. } => "unavailable",
+            DispatchError::PendingApproval { .. } => "pending_approval",
+            DispatchError::Limited { limit, .. } => limit.as_str(),
+            DispatchError::Approval(r) => r.code,
         }
     }
 
@@ -129,6 +149,12 @@ impl DispatchError {
             DispatchError::UnknownReceipt => "no receipt has this id".into(),
             DispatchError::Failed { output, .. } => output.clone(),
             DispatchError::Unavailable { what } => format!("{what}; see the dispatcher's log"),
+            DispatchError::PendingApproval { ticket, .. } => format!(
+                "{} waits for a person's approval ({}) until {}",
+                ticket.key, ticket.approval, ticket.expires_at
+            ),
+            DispatchError::Limited { message, .. } => message.clone(),
+            DispatchError::Approval(r) => r.message.clone(),
         }
     }
 
@@ -174,6 +200,19 @@ impl DispatchError {
             DispatchError::Unavailable { .. } => {
                 "retry shortly; if it persists, tell the dispatcher's operator".into()
             }
+            DispatchError::PendingApproval { ticket, .. } => format!(
+                "poll {} (add ?wait=30s to wait) for the result once a person decides",
+                ticket.poll_url
+            ),
+            DispatchError::Limited { limit, .. } => match limit {
+                Limit::Rate => "wait for the pause the Retry-After header gives",
+                Limit::Budget => "the token's budget is spent; ask its owner for another",
+                Limit::Loop => {
+                    "the same call was repeated too often; change the arguments, or wait for the pause Retry-After gives"
+                }
+            }
+            .into(),
+            DispatchError::Approval(r) => r.how_to_fix().into(),
         }
     }
 
@@ -182,7 +221,9 @@ impl DispatchError {
         match self {
             DispatchError::Token { receipt, .. }
             | DispatchError::Anonymous { receipt, .. }
-            | DispatchError::Failed { receipt, .. } => Some(receipt),
+            | DispatchError::Failed { receipt, .. }
+            | DispatchError::PendingApproval { receipt, .. }
+            | DispatchError::Limited { receipt, .. } => Some(receipt),
             _ => None,
         }
     }
@@ -202,6 +243,8 @@ impl DispatchError {
             DispatchError::Token { reason, .. } => Some(reason.as_str()),
             DispatchError::Anonymous { .. } => Some("anonymous"),
             DispatchError::Failed { reason, .. } => Some(reason),
+            DispatchError::Limited { limit, .. } => Some(limit.as_str()),
+            DispatchError::PendingApproval { .. } => Some("pending_approval"),
             _ => None,
         }
     }

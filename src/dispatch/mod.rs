@@ -11,11 +11,15 @@ mod error;
 pub mod follow;
 mod live;
 mod tree;
+mod watcher;
 
 pub use error::{DispatchError, Failure};
 pub use follow::{FollowStatus, Follower};
 pub use live::Live;
 pub use tree::TreeBudget;
+pub use watcher::{
+    APPROVED, ApprovalRefusal, DENIED, PENDING_APPROVAL, Poll, Ticket, View, answer_json,
+};
 
 use crate::access::affordance::{self, Affordances, Here};
 use crate::access::auth::{self, Caller, Keys, open_refusal};
@@ -96,6 +100,22 @@ pub struct Settings {
     pub max_inflight: usize,
     /// What one call may spend on the calls nested in it.
     pub tree_budget: TreeBudget,
+    /// How long a call waits for a person's approval before it expires.
+    pub approval_ttl: Duration,
+}
+
+/// The default time a call waits for a person's approval.
+pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// An approved call being run: where its receipt goes in the approval's tree, and the
+/// contract the person approved.
+pub(crate) struct Approved {
+    /// The decision's receipt: the run's parent.
+    pub parent: String,
+    /// The request's receipt: the root of the whole tree.
+    pub root: String,
+    pub fingerprint: String,
+    pub trace_id: String,
 }
 
 /// The dispatcher's core: the live build, the ledger, the keys and the gate.
@@ -112,6 +132,7 @@ pub struct Dispatcher {
     max_inflight: usize,
     inflight: Semaphore,
     tree_budget: TreeBudget,
+    approval_ttl: Duration,
     /// (status, runner) → invocations, for `/metrics`.
     invocations: Counts,
     /// New builds swapped in so far: bumped after every reload, so MCP streams can tell their
@@ -140,6 +161,7 @@ impl Dispatcher {
             max_inflight: settings.max_inflight,
             inflight: Semaphore::new(settings.max_inflight),
             tree_budget: settings.tree_budget,
+            approval_ttl: settings.approval_ttl,
             invocations: Counts::default(),
             reloads: watch::Sender::new(0),
             follower: std::sync::OnceLock::new(),
@@ -382,16 +404,19 @@ impl Dispatcher {
         caller: &Caller,
         request: InvokeRequest,
     ) -> Result<Invoked, DispatchError> {
-        self.dispatch_spending(caller, request, None).await
+        self.dispatch_spending(caller, request, None, None).await
     }
 
     /// `dispatch`, its nested calls spending `shared` when given (every tag of one routed
-    /// text spends one budget), else a budget of its own.
+    /// text spends one budget), else a budget of its own; `approved` when a person approved
+    /// the call (it runs, below the decision's receipt, and is neither queued nor charged
+    /// again).
     async fn dispatch_spending(
         &self,
         caller: &Caller,
         request: InvokeRequest,
         shared: Option<Arc<tree::Spent>>,
+        approved: Option<&Approved>,
     ) -> Result<Invoked, DispatchError> {
         if *caller == Caller::Anonymous && !self.open {
             auth::require_credential(caller)?;
@@ -434,6 +459,19 @@ impl Dispatcher {
             ));
         };
         let contract_sha256 = callable.fingerprint.clone();
+        if let Some(a) = approved
+            && a.fingerprint != contract_sha256
+        {
+            // The decision checked it; a build that landed since must not run another row.
+            let message = format!(
+                "{} changed after its call was approved; the approved contract is not the one live",
+                callable.row.key
+            );
+            return Err(gate
+                .refuse(Some(callable), Reason::ContractChanged, message)
+                .await);
+        }
+        let mut needs = None;
         match caller {
             Caller::Owner => {}
             Caller::Token(claims) => {
@@ -443,7 +481,14 @@ impl Dispatcher {
                     sensitive: callable.row.sensitive,
                     fingerprint: &contract_sha256,
                 };
-                if let Err(r) = token::check_call(claims, target, sent_input.as_deref()) {
+                if approved.is_none() {
+                    needs = crate::access::watch::needs_approval(claims, callable.row.sensitive);
+                }
+                // A person stands in for the risk ceiling: one who approved, or who will be asked.
+                let by_person = approved.is_some() || needs.is_some();
+                if let Err(r) =
+                    token::check_call_approved(claims, target, sent_input.as_deref(), by_person)
+                {
                     return Err(gate.refuse(Some(callable), r.reason, r.message).await);
                 }
                 if sent_input.is_none() {
@@ -475,24 +520,54 @@ impl Dispatcher {
         }
         // What runs: what the caller sent, or the token's fixed body put in its place above.
         let input_text = sent_input
+            .clone()
             .or_else(|| request.body.clone())
             .unwrap_or_default();
         let input = match request.args {
             Some(args) => Input::Args(args),
             None => Input::Body(request.body.unwrap_or_default()),
         };
+        let limited = match caller {
+            Caller::Token(claims) if claims.watch.has_limits() => Some(claims),
+            _ => None,
+        };
+        if let Some(claims) = limited
+            && approved.is_none()
+        {
+            // Charged when asked: a call waiting for approval counts, so no queue floods.
+            let sha = ledger::sha256_hex(&input_text);
+            self.charge(&gate, callable, claims, &sha).await?;
+        }
+        if let (Some(needs), Caller::Token(claims)) = (needs, caller) {
+            return Err(self
+                .queue_for_approval(
+                    &gate,
+                    callable,
+                    claims,
+                    needs,
+                    &input_text,
+                    &input,
+                    request.repairs,
+                )
+                .await);
+        }
         // The call's receipt id and trace are fixed first: its steps' receipts name them. Only
-        // a row that makes nested calls gets an authority over them (a call tree).
+        // a row that makes nested calls gets an authority over them (a call tree). An
+        // approved call's tree is the approval's: request → decision → run → its steps.
         let id = ledger::new_id();
-        let trace_id = uuid::Uuid::new_v4().simple().to_string();
+        let trace_id = approved.map_or_else(
+            || uuid::Uuid::new_v4().simple().to_string(),
+            |a| a.trace_id.clone(),
+        );
         let tree = call::makes_nested_calls(&callable.row).then(|| {
             let root = tree::Root {
                 ledger: self.ledger.clone(),
                 secrets: self.secrets.clone(),
                 caller: caller.clone(),
-                root: id.clone(),
+                root: approved.map_or_else(|| id.clone(), |a| a.root.clone()),
                 trace_id: trace_id.clone(),
                 commit: live.info.commit.clone(),
+                approved: approved.is_some(),
             };
             let spent = shared
                 .clone()
@@ -524,17 +599,26 @@ impl Dispatcher {
             contract_sha256,
             catalogue_commit: live.info.commit.clone(),
             repairs: request.repairs,
-            parent: None,
-            root: None,
+            parent: approved.map(|a| a.parent.clone()),
+            root: approved.map(|a| a.root.clone()),
             input: secrets::redact(&input_text, &self.secrets),
             output: output.clone(),
         };
         // The call's receipt goes to the ledger after its steps' that are still held, in one
         // append (a tree of builtins: one message and one transaction, whole or not at all),
         // and the answer waits for every node of the tree, so no acknowledged call lacks one.
-        let (mut drafts, queued) = tree.map(|t| t.finish()).unwrap_or_default();
+        let (mut drafts, queued, nested) = tree.map(|t| t.finish()).unwrap_or_default();
         drafts.push(draft);
         let receipt = self.append_after(queued, drafts).await?;
+        if let Some(claims) = limited {
+            // What the call's steps and models spent counts for the next call.
+            self.charge_after(
+                claims,
+                &nested,
+                outcome.usage.as_ref().and_then(|u| u.cost_usd),
+            )
+            .await;
+        }
         if let Some(failure) = &outcome.error {
             let kind = match outcome.status {
                 Status::Refused if failure.code.starts_with("breaker") => Failure::BreakerOpen,
@@ -576,7 +660,7 @@ impl Dispatcher {
                 repairs: None,
             };
             let ran = match self
-                .dispatch_spending(caller, request, Some(spent.clone()))
+                .dispatch_spending(caller, request, Some(spent.clone()), None)
                 .await
             {
                 Ok(done) => RoutedTag {

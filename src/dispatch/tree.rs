@@ -71,6 +71,11 @@ pub(super) struct Tree {
     budget: TreeBudget,
     /// What the tree (and the calls it shares a budget with) spent so far.
     spent: Arc<Spent>,
+    /// A person approved the top-level call: the steps its row composes run without the
+    /// caller's risk ceiling (a tag a model wrote still needs it).
+    approved: bool,
+    /// The nested calls that ran, as (key, SHA-256 of the input), for the caller's counters.
+    ran: Mutex<Vec<(String, String)>>,
 }
 
 /// What calls sharing one budget have spent: a tree's own, or every tag of one routed text.
@@ -102,6 +107,8 @@ pub(super) struct Root {
     pub root: String,
     pub trace_id: String,
     pub commit: String,
+    /// A person approved the call at the top.
+    pub approved: bool,
 }
 
 impl Tree {
@@ -118,15 +125,18 @@ impl Tree {
             commit: root.commit,
             budget,
             spent,
+            approved: root.approved,
+            ran: Mutex::new(Vec::new()),
         }
     }
 
     /// What the top-level call's receipt goes after: the receipts still held, and the appends
-    /// sent ahead.
-    pub(super) fn finish(&self) -> (Vec<Draft>, Vec<Appended>) {
+    /// sent ahead; and the nested calls that ran, for the caller's counters.
+    pub(super) fn finish(&self) -> (Vec<Draft>, Vec<Appended>, Vec<(String, String)>) {
         let held = std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()));
         let sent = std::mem::take(&mut *self.sent.lock().unwrap_or_else(|p| p.into_inner()));
-        (held, sent)
+        let ran = std::mem::take(&mut *self.ran.lock().unwrap_or_else(|p| p.into_inner()));
+        (held, sent, ran)
     }
 
     /// The budget's refusal of one more nested call, if it is spent.
@@ -201,6 +211,14 @@ impl Authority for Tree {
             return Err(spent);
         }
         match refusal(&self.caller, step, via, input) {
+            // The person who approved the call approved what its row composes.
+            Some(refused)
+                if self.approved
+                    && via == Via::Composed
+                    && refused.0 == Reason::RiskCeiling.as_str() =>
+            {
+                Ok(())
+            }
             Some(refused) => Err(refused),
             None => Ok(()),
         }
@@ -242,6 +260,12 @@ impl Authority for Tree {
             input: secrets::redact(node.input, &self.secrets),
             output: secrets::redact(&outcome.output, &self.secrets),
         };
+        if outcome.status != Status::Refused {
+            self.ran
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((draft.key.clone(), draft.input_sha256.clone()));
+        }
         let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
         done.push(draft);
         let ran_outside = outcome.status != Status::Refused

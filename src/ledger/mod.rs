@@ -10,8 +10,10 @@
 
 pub mod postgres;
 pub mod sqlite;
+pub mod watch;
 
 use crate::access::token::Claims;
+use crate::access::watch::Counter;
 use crate::invoke::breaker::{Breaker, BreakerPolicy, BreakerStore};
 use anyhow::{Result, bail};
 use futures_util::future::BoxFuture;
@@ -229,6 +231,47 @@ pub trait Ledger: Send + Sync {
     fn is_revoked<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool>>;
     /// Every token recorded or revoked, in the order they were first seen.
     fn tokens(&self) -> BoxFuture<'_, Result<Vec<TokenEntry>>>;
+    /// Keep a call that waits for a person's approval.
+    fn queue_approval<'a>(&'a self, pending: &'a watch::Pending) -> BoxFuture<'a, Result<()>>;
+    /// One approval by id, as it stands at `now` (a pending one past its expiry reads as
+    /// expired).
+    fn approval<'a>(
+        &'a self,
+        id: &'a str,
+        now: i64,
+    ) -> BoxFuture<'a, Result<Option<watch::Approval>>>;
+    /// The approvals still pending at `now`, oldest first.
+    fn pending_approvals(&self, now: i64) -> BoxFuture<'_, Result<Vec<watch::Approval>>>;
+    /// Decide a pending approval not yet expired at `now`: true when this call decided it,
+    /// false when it was decided already or expired (only one decider ever wins).
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        decision: &'a watch::Decision,
+        now: i64,
+    ) -> BoxFuture<'a, Result<bool>>;
+    /// The answer of an approved call's run, once its receipt is durable.
+    fn record_result<'a>(
+        &'a self,
+        id: &'a str,
+        result: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<()>>;
+    /// Charge a token's counters for one call, all or none: `Some((index, count))` names
+    /// the first counter past its limit (and nothing was charged).
+    fn charge<'a>(
+        &'a self,
+        token: &'a str,
+        counters: &'a [Counter],
+        now: i64,
+    ) -> BoxFuture<'a, Result<Option<(usize, u64)>>>;
+    /// Add to a token's counters whatever their limits (what a call's nested calls and its
+    /// models spent, known once it ended).
+    fn add_to_counters<'a>(
+        &'a self,
+        token: &'a str,
+        counters: &'a [Counter],
+        now: i64,
+    ) -> BoxFuture<'a, Result<()>>;
 }
 
 /// What `verify` found.

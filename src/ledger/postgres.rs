@@ -16,11 +16,13 @@
 //! `capdir_migrations`; a database migrated by a newer capdir is refused rather than guessed at.
 //! The circuit breakers' state lives here too (`breakers`), so every dispatcher sees one count.
 
+use super::watch::{self, Approval, Decision, Pending};
 use super::{
     BoxFuture, Draft, Job, Ledger, Link, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
     batch, entries, link, now_rfc3339, queue, row_to_receipt, token_entry,
 };
 use crate::access::token::Claims;
+use crate::access::watch::Counter;
 use crate::invoke::breaker::{BreakerState, BreakerStore};
 use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, TimeZone, Utc};
@@ -72,6 +74,27 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "ALTER TABLE receipts ADD COLUMN root TEXT, ADD COLUMN repairs TEXT;
          CREATE INDEX receipts_root ON receipts (root) WHERE root IS NOT NULL;
          CREATE INDEX receipts_repairs ON receipts (repairs) WHERE repairs IS NOT NULL;",
+    ),
+    (
+        4,
+        "the watcher: calls waiting for a person's approval, and tokens' counters",
+        "CREATE TABLE approvals (
+           n BIGSERIAL PRIMARY KEY,
+           id TEXT NOT NULL UNIQUE,
+           request TEXT NOT NULL,
+           state TEXT NOT NULL,
+           expires_at BIGINT NOT NULL,
+           decision TEXT,
+           result TEXT
+         );
+         CREATE INDEX approvals_pending ON approvals (n) WHERE state = 'pending';
+         CREATE TABLE counters (
+           token TEXT NOT NULL,
+           name TEXT NOT NULL,
+           n BIGINT NOT NULL,
+           expires BIGINT NOT NULL,
+           PRIMARY KEY (token, name)
+         );",
     ),
 ];
 
@@ -193,6 +216,8 @@ pub struct PgLedger {
     jobs: mpsc::UnboundedSender<Job>,
     stats: Arc<Stats>,
     reader: Reader,
+    /// Charges so far: every 1024th also drops counters whose window ended.
+    charges: std::sync::atomic::AtomicU64,
 }
 
 impl PgLedger {
@@ -211,6 +236,7 @@ impl PgLedger {
             jobs: tx,
             stats,
             reader,
+            charges: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }
@@ -424,6 +450,188 @@ impl Ledger for PgLedger {
                 .collect()
         })
     }
+
+    fn queue_approval<'a>(&'a self, pending: &'a Pending) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let request = serde_json::to_string(pending)?;
+            self.reader
+                .query(
+                    "INSERT INTO approvals (id, request, state, expires_at) VALUES ($1, $2, $3, $4)",
+                    &[&pending.id, &request, &watch::PENDING, &pending.expires_at],
+                )
+                .await
+                .with_context(|| format!("queueing approval {} in {}", pending.id, self.reader.url))?;
+            Ok(())
+        })
+    }
+
+    fn approval<'a>(&'a self, id: &'a str, now: i64) -> BoxFuture<'a, Result<Option<Approval>>> {
+        Box::pin(async move {
+            let rows = self
+                .reader
+                .query(
+                    "SELECT request, state, decision, result FROM approvals WHERE id = $1",
+                    &[&id],
+                )
+                .await
+                .with_context(|| format!("reading approval {id} from {}", self.reader.url))?;
+            rows.first().map(|r| approval_row(r, now)).transpose()
+        })
+    }
+
+    fn pending_approvals(&self, now: i64) -> BoxFuture<'_, Result<Vec<Approval>>> {
+        Box::pin(async move {
+            let rows = self
+                .reader
+                .query(
+                    "SELECT request, state, decision, result FROM approvals
+                     WHERE state = 'pending' AND expires_at > $1 ORDER BY n LIMIT 1000",
+                    &[&now],
+                )
+                .await
+                .with_context(|| format!("reading approvals from {}", self.reader.url))?;
+            rows.iter().map(|r| approval_row(r, now)).collect()
+        })
+    }
+
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        decision: &'a Decision,
+        now: i64,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let json = serde_json::to_string(decision)?;
+            let rows = self
+                .reader
+                .query(
+                    "UPDATE approvals SET state = $2, decision = $3
+                     WHERE id = $1 AND state = 'pending' AND expires_at > $4
+                     RETURNING id",
+                    &[&id, &decision.state, &json, &now],
+                )
+                .await
+                .with_context(|| format!("deciding approval {id} in {}", self.reader.url))?;
+            Ok(rows.len() == 1)
+        })
+    }
+
+    fn record_result<'a>(
+        &'a self,
+        id: &'a str,
+        result: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let text = result.to_string();
+            self.reader
+                .query(
+                    "UPDATE approvals SET result = $2 WHERE id = $1 AND result IS NULL",
+                    &[&id, &text],
+                )
+                .await
+                .with_context(|| format!("recording the run of approval {id}"))?;
+            Ok(())
+        })
+    }
+
+    fn charge<'a>(
+        &'a self,
+        token: &'a str,
+        counters: &'a [Counter],
+        now: i64,
+    ) -> BoxFuture<'a, Result<Option<(usize, u64)>>> {
+        Box::pin(async move {
+            // Every counter is added at once; when one is past its limit the additions are
+            // taken back. Two dispatchers racing for the last call may then both be refused,
+            // never both admitted.
+            let counts = self.add_counters(token, counters, now).await?;
+            let over = counters.iter().enumerate().find_map(|(i, c)| {
+                let after = counts.get(&c.name).copied().unwrap_or(c.add);
+                let before = after.saturating_sub(c.add);
+                c.over(before).then_some((i, before))
+            });
+            if over.is_some() {
+                let back: Vec<Counter> = counters.to_vec();
+                self.subtract_counters(token, &back).await?;
+            }
+            Ok(over)
+        })
+    }
+
+    fn add_to_counters<'a>(
+        &'a self,
+        token: &'a str,
+        counters: &'a [Counter],
+        now: i64,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.add_counters(token, counters, now).await?;
+            Ok(())
+        })
+    }
+}
+
+impl PgLedger {
+    /// Add to the counters in one statement; their counts after it, by name. A counter whose
+    /// window ended starts again from what is added.
+    async fn add_counters(
+        &self,
+        token: &str,
+        counters: &[Counter],
+        now: i64,
+    ) -> Result<HashMap<String, u64>> {
+        let names: Vec<&str> = counters.iter().map(|c| c.name.as_str()).collect();
+        let adds: Vec<i64> = counters.iter().map(|c| c.add as i64).collect();
+        let expires: Vec<i64> = counters.iter().map(|c| c.expires).collect();
+        let rows = self
+            .reader
+            .query(
+                "INSERT INTO counters (token, name, n, expires)
+                 SELECT $1, * FROM UNNEST($2::text[], $3::int8[], $4::int8[])
+                 ON CONFLICT (token, name) DO UPDATE SET
+                   n = CASE WHEN counters.expires <= $5 THEN excluded.n
+                            ELSE counters.n + excluded.n END,
+                   expires = excluded.expires
+                 RETURNING name, n",
+                &[&token, &names, &adds, &expires, &now],
+            )
+            .await
+            .with_context(|| format!("charging token {token}'s counters"))?;
+        if self
+            .charges
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            % 1024
+            == 0
+        {
+            self.reader
+                .query("DELETE FROM counters WHERE expires <= $1", &[&now])
+                .await?;
+        }
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64))
+            .collect())
+    }
+
+    async fn subtract_counters(&self, token: &str, counters: &[Counter]) -> Result<()> {
+        let names: Vec<&str> = counters.iter().map(|c| c.name.as_str()).collect();
+        let adds: Vec<i64> = counters.iter().map(|c| c.add as i64).collect();
+        self.reader
+            .query(
+                "UPDATE counters SET n = greatest(counters.n - u.add, 0)
+                 FROM UNNEST($2::text[], $3::int8[]) AS u(name, add)
+                 WHERE counters.token = $1 AND counters.name = u.name",
+                &[&token, &names, &adds],
+            )
+            .await
+            .with_context(|| format!("taking back token {token}'s charge"))?;
+        Ok(())
+    }
+}
+
+fn approval_row(r: &Row, now: i64) -> Result<Approval> {
+    let pending: Pending = serde_json::from_str(r.get::<_, &str>(0))?;
+    Approval::read(pending, r.get(1), r.get(2), r.get(3), now)
 }
 
 /// A shared connection for reads (receipts, breakers), opened on first use, migrated once,

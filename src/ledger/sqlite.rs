@@ -6,11 +6,13 @@
 //! oneshot. The transaction is IMMEDIATE, so it holds the write lock before it reads the last
 //! link: two processes on the same file wait for each other instead of forking the chain.
 
+use super::watch::{self, Approval, Counters, Decision, Pending};
 use super::{
     BoxFuture, Draft, Job, Ledger, Link, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
     batch, entries, link, now_rfc3339, queue, row_to_receipt, token_entry,
 };
 use crate::access::token::Claims;
+use crate::access::watch::Counter;
 use anyhow::{Context as _, Result, bail};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
@@ -25,6 +27,9 @@ pub struct SqliteLedger {
     stats: Arc<Stats>,
     /// A second connection for the token record: rare writes, one lookup per token call.
     tokens: Arc<Mutex<Connection>>,
+    /// Tokens' counters, in memory (one dispatcher writes a SQLite ledger) and written back
+    /// every second by the flusher thread.
+    counters: Arc<Counters>,
 }
 
 const SCHEMA: &str = "
@@ -41,6 +46,23 @@ CREATE TABLE IF NOT EXISTS tokens (
   claims TEXT,
   minted_at TEXT,
   revoked_at TEXT
+);
+CREATE TABLE IF NOT EXISTS approvals (
+  n INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  request TEXT NOT NULL,
+  state TEXT NOT NULL,
+  expires_at INTEGER NOT NULL,
+  decision TEXT,
+  result TEXT
+);
+CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (n) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS counters (
+  token TEXT NOT NULL,
+  name TEXT NOT NULL,
+  n INTEGER NOT NULL,
+  expires INTEGER NOT NULL,
+  PRIMARY KEY (token, name)
 );";
 
 /// The columns a receipt names its tree's root and the call it repairs in (added to ledgers
@@ -83,19 +105,80 @@ impl SqliteLedger {
     pub fn open(path: &Path) -> Result<SqliteLedger> {
         let db = open_db(path)?;
         let tokens = open_db(path)?;
+        let counters = Arc::new(load_counters(&tokens)?);
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Stats::default());
         let writer_stats = stats.clone();
         std::thread::Builder::new()
             .name("capdir-ledger".into())
             .spawn(move || writer(db, rx, &writer_stats))?;
+        let tokens = Arc::new(Mutex::new(tokens));
+        spawn_flusher(Arc::downgrade(&tokens), Arc::downgrade(&counters))?;
         Ok(SqliteLedger {
             path: path.to_path_buf(),
             jobs: tx,
             stats,
-            tokens: Arc::new(Mutex::new(tokens)),
+            tokens,
+            counters,
         })
     }
+}
+
+fn load_counters(db: &Connection) -> Result<Counters> {
+    let now = chrono::Utc::now().timestamp();
+    let mut q = db.prepare("SELECT token, name, n, expires FROM counters WHERE expires > ?1")?;
+    let rows = q.query_map([now], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64, r.get(3)?))
+    })?;
+    Ok(Counters::load(rows.collect::<Result<_, _>>()?))
+}
+
+/// Write changed counters back every second, until the ledger is dropped.
+fn spawn_flusher(
+    db: std::sync::Weak<Mutex<Connection>>,
+    counters: std::sync::Weak<Counters>,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name("capdir-counters".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                let (Some(db), Some(counters)) = (db.upgrade(), counters.upgrade()) else {
+                    return;
+                };
+                if let Err(e) = flush_counters(&db, &counters) {
+                    tracing::warn!(error = %format!("{e:#}"), "writing tokens' counters back failed");
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn flush_counters(db: &Mutex<Connection>, counters: &Counters) -> Result<()> {
+    let now = chrono::Utc::now().timestamp();
+    let changed = counters.take_dirty(now);
+    let mut db = db.lock().unwrap_or_else(|p| p.into_inner());
+    let tx = db.transaction()?;
+    {
+        let mut put = tx.prepare_cached(
+            "INSERT INTO counters (token, name, n, expires) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (token, name) DO UPDATE SET n = excluded.n, expires = excluded.expires",
+        )?;
+        for (token, name, n, expires) in &changed {
+            put.execute(params![token, name, *n as i64, expires])?;
+        }
+    }
+    tx.execute("DELETE FROM counters WHERE expires <= ?1", [now])?;
+    tx.commit()?;
+    Ok(())
+}
+
+fn approval_row(r: &rusqlite::Row<'_>, now: i64) -> rusqlite::Result<Result<Approval>> {
+    let request: String = r.get(0)?;
+    let (state, decision, result) = (r.get(1)?, r.get(2)?, r.get(3)?);
+    Ok(serde_json::from_str::<Pending>(&request)
+        .map_err(anyhow::Error::from)
+        .and_then(|p| Approval::read(p, state, decision, result, now)))
 }
 
 fn last_link(db: &Connection) -> rusqlite::Result<(i64, String)> {
@@ -237,9 +320,108 @@ impl Ledger for SqliteLedger {
             Ok(out)
         })
     }
+
+    fn queue_approval<'a>(&'a self, pending: &'a Pending) -> BoxFuture<'a, Result<()>> {
+        let (id, expires, request) = (
+            pending.id.clone(),
+            pending.expires_at,
+            serde_json::to_string(pending),
+        );
+        self.on_tokens(move |db| {
+            db.execute(
+                "INSERT INTO approvals (id, request, state, expires_at) VALUES (?1, ?2, ?3, ?4)",
+                params![id, request?, watch::PENDING, expires],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn approval<'a>(&'a self, id: &'a str, now: i64) -> BoxFuture<'a, Result<Option<Approval>>> {
+        let id = id.to_string();
+        self.on_tokens(move |db| {
+            db.prepare_cached(
+                "SELECT request, state, decision, result FROM approvals WHERE id = ?1",
+            )?
+            .query_row([id], |r| approval_row(r, now))
+            .optional()?
+            .transpose()
+        })
+    }
+
+    fn pending_approvals(&self, now: i64) -> BoxFuture<'_, Result<Vec<Approval>>> {
+        self.on_tokens(move |db| {
+            let mut q = db.prepare_cached(
+                "SELECT request, state, decision, result FROM approvals
+                 WHERE state = 'pending' AND expires_at > ?1 ORDER BY n LIMIT 1000",
+            )?;
+            let rows = q.query_map([now], |r| approval_row(r, now))?;
+            rows.map(|r| r?).collect()
+        })
+    }
+
+    fn decide<'a>(
+        &'a self,
+        id: &'a str,
+        decision: &'a Decision,
+        now: i64,
+    ) -> BoxFuture<'a, Result<bool>> {
+        let (id, state, json) = (
+            id.to_string(),
+            decision.state.clone(),
+            serde_json::to_string(decision),
+        );
+        self.on_tokens(move |db| {
+            let changed = db.execute(
+                "UPDATE approvals SET state = ?2, decision = ?3
+                 WHERE id = ?1 AND state = 'pending' AND expires_at > ?4",
+                params![id, state, json?, now],
+            )?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn record_result<'a>(
+        &'a self,
+        id: &'a str,
+        result: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<()>> {
+        let (id, result) = (id.to_string(), result.to_string());
+        self.on_tokens(move |db| {
+            db.execute(
+                "UPDATE approvals SET result = ?2 WHERE id = ?1 AND result IS NULL",
+                params![id, result],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn charge<'a>(
+        &'a self,
+        token: &'a str,
+        counters: &'a [Counter],
+        now: i64,
+    ) -> BoxFuture<'a, Result<Option<(usize, u64)>>> {
+        let over = self.counters.charge(token, counters, now);
+        Box::pin(async move { Ok(over) })
+    }
+
+    fn add_to_counters<'a>(
+        &'a self,
+        token: &'a str,
+        counters: &'a [Counter],
+        now: i64,
+    ) -> BoxFuture<'a, Result<()>> {
+        self.counters.add(token, counters, now);
+        Box::pin(async { Ok(()) })
+    }
 }
 
 impl SqliteLedger {
+    /// Write the counters back now (what the flusher does every second).
+    pub fn flush_counters(&self) -> Result<()> {
+        flush_counters(&self.tokens, &self.counters)
+    }
+
     /// Run `f` on the token connection off the async threads.
     fn on_tokens<T: Send + 'static>(
         &self,

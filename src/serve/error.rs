@@ -69,6 +69,13 @@ impl ApiError {
     pub fn to_json(&self) -> Json {
         let e = &self.0;
         let mut body = serde_json::Map::new();
+        if e.status == StatusCode::ACCEPTED {
+            // Not an error: a call waiting for a person. The ticket's fields, and what to do.
+            body.extend(e.extra.clone());
+            body.insert("message".into(), json!(e.message));
+            body.insert("how_to_fix".into(), json!(e.how_to_fix));
+            return Json::Object(body);
+        }
         body.insert(
             "error".into(),
             json!({"code": e.code, "message": e.message, "how_to_fix": e.how_to_fix}),
@@ -102,6 +109,16 @@ pub(super) fn reason_status(reason: Reason) -> StatusCode {
         Reason::ContractChanged => StatusCode::CONFLICT,
         Reason::PayloadCeiling => StatusCode::PAYLOAD_TOO_LARGE,
         _ => StatusCode::FORBIDDEN,
+    }
+}
+
+/// The status a refusal about an approval answers with.
+fn approval_status(code: &str) -> StatusCode {
+    match code {
+        "bad_approval_id" => StatusCode::BAD_REQUEST,
+        "unknown_approval" => StatusCode::NOT_FOUND,
+        "not_approver" | "self_approval" | "approval_denied" => StatusCode::FORBIDDEN,
+        _ => StatusCode::CONFLICT,
     }
 }
 
@@ -140,6 +157,9 @@ impl From<DispatchError> for ApiError {
                 Failure::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 Failure::Upstream => StatusCode::BAD_GATEWAY,
             },
+            DispatchError::PendingApproval { .. } => StatusCode::ACCEPTED,
+            DispatchError::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            DispatchError::Approval(r) => approval_status(r.code),
         };
         let mut api = ApiError::new(status, e.code(), e.message(), e.how_to_fix());
         match &e {
@@ -147,6 +167,13 @@ impl From<DispatchError> for ApiError {
             DispatchError::Unavailable { .. } => api = api.retry_after(5),
             DispatchError::UnknownKey { did_you_mean, .. } => {
                 api = api.with("did_you_mean", json!(did_you_mean));
+            }
+            DispatchError::Limited { retry_after, .. } => api = api.retry_after(*retry_after),
+            DispatchError::PendingApproval { ticket, .. } => {
+                if let Json::Object(fields) = json!(ticket) {
+                    api.0.extra.extend(fields);
+                }
+                return api;
             }
             _ => {}
         }

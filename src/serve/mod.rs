@@ -10,6 +10,7 @@
 //! a build replaces the site directory by exchanging it.
 
 mod api;
+mod approvals;
 mod directory;
 mod error;
 mod files;
@@ -82,6 +83,8 @@ pub struct Settings {
     pub max_inflight: usize,
     /// What one call may spend on the calls nested in it (steps, tool calls, tags).
     pub tree_budget: dispatch::TreeBudget,
+    /// How long a call waits for a person's approval (`--approval-ttl`).
+    pub approval_ttl: Duration,
     /// What `/mcp` lists: one tool per row, or the ask/contract/invoke trio.
     pub mcp: mcp::Options,
     /// `--catalogue DIR --write direct|propose`: the site opened for writes; none keeps the
@@ -106,6 +109,7 @@ impl Settings {
             body_limit: DEFAULT_BODY_LIMIT,
             max_inflight: 1024,
             tree_budget: dispatch::TreeBudget::default(),
+            approval_ttl: dispatch::DEFAULT_APPROVAL_TTL,
             mcp: mcp::Options::default(),
             write: None,
             public_metrics: false,
@@ -129,6 +133,7 @@ impl AppState {
             config: settings.config,
             max_inflight: settings.max_inflight,
             tree_budget: settings.tree_budget,
+            approval_ttl: settings.approval_ttl,
         })?;
         let dispatcher = Arc::new(dispatcher);
         let writer = match settings.write {
@@ -211,7 +216,7 @@ fn table() -> [(
     &'static str,
     &'static [&'static str],
     MethodRouter<AppState>,
-); 7] {
+); 12] {
     [
         (
             "/api/dispatch",
@@ -240,6 +245,19 @@ fn table() -> [(
                 .delete(mcp::http::end_session),
         ),
         ("/openapi.json", &["get"], get(api::openapi)),
+        ("/api/approvals", &["get"], get(approvals::list)),
+        (
+            "/api/approvals/{id}",
+            &["get", "post"],
+            get(approvals::show).post(approvals::decide),
+        ),
+        (
+            "/api/approvals/{id}/result",
+            &["get"],
+            get(approvals::result),
+        ),
+        ("/approvals", &["get"], get(approvals::page)),
+        ("/approvals.js", &["get"], get(approvals::script)),
     ]
 }
 

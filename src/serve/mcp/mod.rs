@@ -768,6 +768,11 @@ async fn invoke(state: &AppState, caller: &Caller, request: InvokeRequest) -> Js
                 false,
             )
         }
+        // Waiting for a person is not a failure: the result says so, with where to poll. Not
+        // elicitation: it asks the calling client's own user, who would approve their own call.
+        Err(e @ DispatchError::PendingApproval { .. }) => {
+            tool_result(ApiError::from(e).to_json(), false)
+        }
         Err(e) => tool_error(&e.into()),
     }
 }
