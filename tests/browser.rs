@@ -19,12 +19,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_capdir");
 const OWNER: &str = "browser-test-owner-key";
 const CHROMIUM: &str = "/usr/bin/chromium";
 
-fn manifest() -> &'static Path {
+pub(crate) fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Fail early, saying what to install, when the browser or the driver is missing.
-fn require_browser_tools() -> PathBuf {
+pub(crate) fn require_browser_tools() -> PathBuf {
     let chromium = std::env::var("CAPDIR_CHROMIUM").unwrap_or_else(|_| CHROMIUM.to_string());
     assert!(
         Path::new(&chromium).exists(),

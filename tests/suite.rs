@@ -45,4 +45,5 @@ mod server_crash;
 mod static_files;
 mod tokens;
 mod watcher;
+mod watcher_page;
 mod write_api;

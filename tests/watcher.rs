@@ -700,3 +700,156 @@ async fn a_restart_keeps_the_counters_and_the_queue() {
     );
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 }
+
+/// A dispatcher on the shared PostgreSQL ledger, under one public address.
+async fn start_on(f: &Built, ledger: &str, name: &str) -> (std::process::Child, u16) {
+    let port = common::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args(["serve", "--site"])
+        .arg(f.site())
+        .args(["--addr", &format!("127.0.0.1:{port}")])
+        .args(["--base-url", "http://watcher.test", "--ledger", ledger])
+        .arg("--data")
+        .arg(f.dir.path().join(name))
+        .env("CAPDIR_OWNER_KEY", OWNER)
+        .env("CAPDIR_TOKEN_KEY", TOKEN_KEY)
+        .env("CAPDIR_ALLOW_EGRESS", "loopback")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn capdir serve");
+    common::wait_ready(&common::client(), port, &mut child).await;
+    (child, port)
+}
+
+/// Two dispatchers on one PostgreSQL ledger: a call asked on one is decided on the other and
+/// runs once; two people deciding at once on both run it once; limits count across both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dispatchers_share_the_queue_and_the_counters() {
+    let Some(db) = common::pg_database().await else {
+        return;
+    };
+    let (f, hits) = fixture().await;
+    let (mut a, port_a) = start_on(&f, &db.url, "data-a").await;
+    let (mut b, port_b) = start_on(&f, &db.url, "data-b").await;
+    let at = |port: u16, path: &str| format!("http://127.0.0.1:{port}{path}");
+    let mut low = {
+        let now = chrono::Utc::now().timestamp();
+        Claims {
+            id: token::new_id(),
+            iat: now,
+            exp: now + 600,
+            aud: "http://watcher.test".into(),
+            keys: vec!["SECRET_HIT".into(), "ECHO".into()],
+            categories: vec![],
+            write: vec![],
+            risk: Risk::Low,
+            pin: None,
+            body: None,
+            max_payload: None,
+            credentials: vec![],
+            watch: Watch::default(),
+        }
+    };
+    let tok = sign(&low);
+    let ask = |port: u16, body: &'static str| {
+        let tok = tok.clone();
+        async move {
+            let (st, _, v) = send(
+                reqwest::Method::POST,
+                at(port, "/api/dispatch"),
+                Some(&tok),
+                Some(json!({"key": "SECRET_HIT", "body": body})),
+            )
+            .await;
+            assert_eq!(st, 202, "{v}");
+            v["approval"].as_str().unwrap().to_string()
+        }
+    };
+    let decide_at = |port: u16, id: String| async move {
+        send(
+            reqwest::Method::POST,
+            at(port, &format!("/api/approvals/{id}")),
+            Some(OWNER),
+            Some(json!({"decision": "approve"})),
+        )
+        .await
+    };
+    // Asked on A, listed and approved on B, its result polled on A.
+    let id = ask(port_a, "one").await;
+    let (st, _, v) = send(
+        reqwest::Method::GET,
+        at(port_b, "/api/approvals"),
+        Some(OWNER),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["pending"][0]["approval"], id.as_str(), "{v}");
+    let (st, _, v) = decide_at(port_b, id.clone()).await;
+    assert_eq!(
+        (st, v["result"]["output"].as_str()),
+        (200, Some("HTTP 200:hit one")),
+        "{v}"
+    );
+    let (st, _, v) = send(
+        reqwest::Method::GET,
+        at(port_a, &format!("/api/approvals/{id}/result")),
+        Some(&tok),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, v["output"].as_str()),
+        (200, Some("HTTP 200:hit one")),
+        "{v}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    // Two people approve one call at the same moment, one on each dispatcher: it runs once.
+    for round in 0..5 {
+        let id = ask(port_b, "race").await;
+        let ((sa, _, va), (sb, _, vb)) =
+            tokio::join!(decide_at(port_a, id.clone()), decide_at(port_b, id.clone()));
+        let mut statuses = [sa, sb];
+        statuses.sort();
+        assert_eq!(statuses, [200, 409], "round {round}: {va} / {vb}");
+        assert_eq!(hits.load(Ordering::SeqCst), 2 + round, "round {round}");
+    }
+
+    // A rate across both dispatchers: three calls an hour, wherever they land.
+    low.id = token::new_id();
+    low.watch.rate = Some(Rate {
+        calls: 3,
+        per_secs: 3600,
+    });
+    let limited = sign(&low);
+    let echo = |port: u16| {
+        let limited = limited.clone();
+        async move {
+            send(
+                reqwest::Method::POST,
+                at(port, "/api/dispatch"),
+                Some(&limited),
+                Some(json!({"key": "ECHO", "body": "x"})),
+            )
+            .await
+        }
+    };
+    for port in [port_a, port_b, port_a] {
+        let (st, _, v) = echo(port).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let (st, retry, v) = echo(port_b).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (429, Some("rate_limited")),
+        "{v}"
+    );
+    assert!(retry.is_some());
+    let _ = a.kill();
+    let _ = b.kill();
+    let _ = a.wait();
+    let _ = b.wait();
+}

@@ -154,6 +154,17 @@ pub(super) async fn script() -> Response {
         .into_response()
 }
 
+pub(super) async fn style() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        include_str!("assets/approvals.css"),
+    )
+        .into_response()
+}
+
 fn no_store(mut response: Response) -> Response {
     response.headers_mut().insert(
         header::CACHE_CONTROL,

@@ -216,7 +216,7 @@ fn table() -> [(
     &'static str,
     &'static [&'static str],
     MethodRouter<AppState>,
-); 12] {
+); 13] {
     [
         (
             "/api/dispatch",
@@ -258,6 +258,7 @@ fn table() -> [(
         ),
         ("/approvals", &["get"], get(approvals::page)),
         ("/approvals.js", &["get"], get(approvals::script)),
+        ("/approvals.css", &["get"], get(approvals::style)),
     ]
 }
 

@@ -5,8 +5,8 @@
   const queue = document.getElementById("queue");
   const status = document.getElementById("status");
   const keyInput = document.getElementById("key");
+  const decided = document.getElementById("decided");
   let key = sessionStorage.getItem("capdir-approver-key") || "";
-  let shown = "";
 
   function headers() {
     return { "Authorization": "Bearer " + key, "Content-Type": "application/json" };
@@ -19,36 +19,43 @@
     return e;
   }
 
+  // The queue is changed in place: a call that arrives is added, one that leaves is removed,
+  // and the others (with any note being typed) are left alone.
   function render(pending) {
-    const ids = pending.map((p) => p.approval).join(",");
-    if (ids === shown) return;
-    shown = ids;
-    queue.replaceChildren();
     status.textContent = pending.length === 0
       ? "No call is waiting."
       : pending.length + " call" + (pending.length === 1 ? " is" : "s are") + " waiting.";
-    for (const p of pending) {
-      const box = el("section", undefined, "call");
-      box.id = p.approval;
-      box.dataset.key = p.key;
-      box.append(el("h2", p.key));
-      box.append(el("p", p.what));
-      box.append(el("p", "asked by " + p.caller + " · " + p.age_secs + " s ago · expires " +
-        p.expires_at + " · waits because: " + p.needs, "meta"));
-      if (!p.contract_current) box.append(el("p", "The row changed since this call was asked: it cannot be approved.", "stale"));
-      box.append(el("p", "Arguments as the runner will receive them:", "meta"));
-      box.append(el("pre", JSON.stringify(p.arguments, null, 1)));
-      box.append(el("p", "input SHA-256 " + p.args_sha256 + " · contract " + p.fingerprint.slice(0, 12), "meta"));
-      const note = el("input");
-      note.placeholder = "note (optional)";
-      note.className = "note";
-      const approve = el("button", "Approve", "approve");
-      const deny = el("button", "Deny", "deny");
-      approve.onclick = () => decide(p.approval, "approve", note.value, box);
-      deny.onclick = () => decide(p.approval, "deny", note.value, box);
-      box.append(note, el("br"), approve, deny);
-      queue.append(box);
+    const ids = new Set(pending.map((p) => p.approval));
+    for (const box of Array.from(queue.children)) {
+      if (!ids.has(box.id)) box.remove();
     }
+    for (const p of pending) {
+      if (document.getElementById(p.approval)) continue;
+      queue.append(section(p));
+    }
+  }
+
+  function section(p) {
+    const box = el("section", undefined, "call");
+    box.id = p.approval;
+    box.dataset.key = p.key;
+    box.append(el("h2", p.key));
+    box.append(el("p", p.what));
+    box.append(el("p", "asked by " + p.caller + " · " + p.age_secs + " s ago · expires " +
+      p.expires_at + " · waits because: " + p.needs, "meta"));
+    if (!p.contract_current) box.append(el("p", "The row changed since this call was asked: it cannot be approved.", "stale"));
+    box.append(el("p", "Arguments as the runner will receive them:", "meta"));
+    box.append(el("pre", JSON.stringify(p.arguments, null, 1)));
+    box.append(el("p", "input SHA-256 " + p.args_sha256 + " · contract " + p.fingerprint.slice(0, 12), "meta"));
+    const note = el("input");
+    note.placeholder = "note (optional)";
+    note.className = "note";
+    const approve = el("button", "Approve", "approve");
+    const deny = el("button", "Deny", "deny");
+    approve.onclick = () => decide(p.approval, "approve", note.value, box);
+    deny.onclick = () => decide(p.approval, "deny", note.value, box);
+    box.append(note, el("br"), approve, deny);
+    return box;
   }
 
   async function decide(id, decision, note, box) {
@@ -60,8 +67,9 @@
     const said = r.ok
       ? id + ": " + body.state + (body.result && body.result.status ? " · ran: " + body.result.status : "")
       : id + ": " + ((body.error && body.error.message) || r.status);
-    status.textContent = said;
-    shown = "";
+    decided.prepend(el("li", said));
+    if (r.ok) box.remove();
+    else box.querySelectorAll("button").forEach((b) => (b.disabled = false));
     refresh();
   }
 
@@ -73,7 +81,6 @@
       if (!r.ok) {
         status.textContent = (body.error && body.error.message) || ("error " + r.status);
         queue.replaceChildren();
-        shown = "";
         return;
       }
       render(body.pending);
@@ -86,7 +93,6 @@
     e.preventDefault();
     key = keyInput.value.trim();
     sessionStorage.setItem("capdir-approver-key", key);
-    shown = "";
     refresh();
   });
   setInterval(refresh, 1000);
