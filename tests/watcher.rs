@@ -853,3 +853,100 @@ async fn two_dispatchers_share_the_queue_and_the_counters() {
     let _ = a.wait();
     let _ = b.wait();
 }
+
+/// The cost limit: what a token's models cost, from the price table, summed across calls; past
+/// it the next call is refused `budget_exhausted` and the model is not asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_limit_stops_a_token_once_its_models_spent_it() {
+    use axum::routing::post;
+    use capdir::serve::{AppState, Settings};
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let model = common::serve(axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                axum::Json(json!({
+                    "id": "chatcmpl-t",
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "an answer"}}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+                }))
+            }
+        }),
+    ))
+    .await;
+    let repo = Repo::new();
+    repo.write(
+        "PRICED_AGENT.yaml",
+        "key: PRICED_AGENT\ntype: agent\ntarget: priced-model\ncategory: agents\ncontent: |\n  # WHAT: Answers with a priced model.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=question\n  # EX: hello\n  # OUTPUT: text\n  Answer.\n",
+    );
+    repo.commit("rows", "2024-01-01T00:00:00Z");
+    let f = Built::new(repo);
+    let ledger = capdir::ledger::SqliteLedger::open(&f.ledger_path()).expect("ledger");
+    let mut s = Settings::new(f.site(), Arc::new(ledger));
+    s.owner_key = Some(OWNER.into());
+    s.token_key = Some(TokenKey::from_text(TOKEN_KEY).expect("key"));
+    s.config.agent.direct.base_url = format!("http://{model}/v1");
+    s.config.agent.direct.key_env = String::new();
+    // 5 tokens a call at $100,000 per million: $0.50 a call.
+    s.config.agent.prices.insert(
+        "priced-model".into(),
+        capdir::invoke::runner::agent::Price {
+            input: 100_000.0,
+            output: 100_000.0,
+        },
+    );
+    s.config.egress = capdir::invoke::egress::Egress::loopback();
+    let state = AppState::new(s).expect("state");
+    let now = chrono::Utc::now().timestamp();
+    let c = Claims {
+        id: token::new_id(),
+        iat: now,
+        exp: now + 600,
+        aud: "http://127.0.0.1:8080".into(),
+        keys: vec!["PRICED_AGENT".into()],
+        categories: vec![],
+        write: vec![],
+        risk: Risk::Low,
+        pin: None,
+        body: None,
+        max_payload: None,
+        credentials: vec![],
+        watch: Watch {
+            max_cost_micro_usd: Some(800_000),
+            ..Watch::default()
+        },
+    };
+    let caller = capdir::access::auth::Caller::Token(Box::new(c));
+    let ask = || capdir::dispatch::InvokeRequest {
+        key: "PRICED_AGENT".into(),
+        body: Some("hello".into()),
+        args: None,
+        repairs: None,
+    };
+    // $0 spent, then $0.50: both under $0.80; then $1.00: over.
+    for _ in 0..2 {
+        let done = state
+            .dispatcher()
+            .dispatch(&caller, ask())
+            .await
+            .expect("runs");
+        assert_eq!(done.usage.and_then(|u| u.cost_usd), Some(0.5));
+    }
+    match state.dispatcher().dispatch(&caller, ask()).await {
+        Err(e) => {
+            assert_eq!(e.code(), "budget_exhausted", "{e}");
+            assert_eq!(e.receipt().expect("receipt").draft.status, "REFUSED");
+        }
+        Ok(done) => panic!("the third call ran: {:?}", done.output),
+    }
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "the model was not asked a third time"
+    );
+}

@@ -27,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = "mcp-test-owner-key"
+TOKEN_KEY = "mcp-test-token-signing-key-0123456789abcdef"
 DATE = "2024-01-01T00:00:00Z"
 
 
@@ -113,6 +114,18 @@ class World:
         git(self.repo, "commit", "-q", "-m", f"Add {key}")
         build(self.repo / "catalogue", self.site)
 
+    def mint(self, audience: str, *flags: str) -> str:
+        """A capability token for the dispatcher at `audience` (`capdir token mint`)."""
+        done = subprocess.run(
+            [capdir_bin(), "token", "mint", "--audience", audience, "--site", str(self.site),
+             "--data", str(self.data), "--ledger", f"sqlite:{self.ledger}", *flags],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, CAPDIR_TOKEN_KEY=TOKEN_KEY),
+        )
+        assert done.returncode == 0, f"capdir token mint failed: {done.stderr}"
+        return done.stdout.strip().splitlines()[-1]
+
     def receipt(self, receipt_id: str) -> dict:
         """The receipt as `capdir ledger show` prints it (exit 0 only when it exists)."""
         import json
@@ -154,7 +167,7 @@ def http_server(world: World, projection: str, page_size: int):
             "--mcp", projection,
             "--mcp-page-size", str(page_size),
         ],
-        env=dict(os.environ, CAPDIR_OWNER_KEY=OWNER, RUST_LOG="warn"),
+        env=dict(os.environ, CAPDIR_OWNER_KEY=OWNER, CAPDIR_TOKEN_KEY=TOKEN_KEY, RUST_LOG="warn"),
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=world.root,
@@ -207,8 +220,9 @@ class Connected:
 
 @contextlib.asynccontextmanager
 async def connect(world: World, transport: str, projection: str = "full", *, page_size: int = 100,
-                  credential: str | None = OWNER):
-    """An initialized SDK client over `transport` ("stdio" or "http")."""
+                  credential=OWNER):
+    """An initialized SDK client over `transport` ("stdio" or "http"). Over HTTP the credential
+    may be a function of the dispatcher's base URL (a token must name it as its audience)."""
     holder: dict = {}
 
     async def on_message(message) -> None:
@@ -237,6 +251,8 @@ async def connect(world: World, transport: str, projection: str = "full", *, pag
             read, write = await stack.enter_async_context(stdio_client(params, errlog=sys.stderr))
         else:
             url = stack.enter_context(http_server(world, projection, page_size))
+            if callable(credential):
+                credential = credential(url.removesuffix("/mcp"))
             headers = {"Authorization": f"Bearer {credential}"} if credential else {}
             client = await stack.enter_async_context(
                 httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))

@@ -141,6 +141,28 @@ def test_http_without_a_credential_may_list_but_not_invoke(world: World):
     run(body)
 
 
+def test_a_sensitive_call_by_a_low_token_waits_for_a_person(world: World):
+    """Through MCP, a call that needs approval answers its pending status and where to poll
+    (not an error: nothing failed), with a PENDING_APPROVAL receipt; nothing ran."""
+
+    async def body():
+        def token(base: str) -> str:
+            return world.mint(base, "--keys", "GITHUB_CREATE_ISSUE", "--risk", "low")
+
+        async with connect(world, "http", "full", credential=token) as c:
+            result = await c.session.call_tool(
+                "GITHUB_CREATE_ISSUE", {"owner": "o", "repo": "r", "title": "t", "body": "b"}
+            )
+            assert not result.is_error, result
+            pending = structured(result)
+            assert pending["status"] == "PENDING_APPROVAL", pending
+            assert pending["approval"].startswith("apr_")
+            assert pending["poll_url"].endswith(f"/api/approvals/{pending['approval']}/result")
+            assert world.receipt(pending["receipt"])["status"] == "PENDING_APPROVAL"
+
+    run(body)
+
+
 def test_list_changed_after_a_rebuild_adds_a_row(world: World, transport: str):
     async def body():
         async with connect(world, transport, "full") as c:
