@@ -950,3 +950,81 @@ async fn a_cost_limit_stops_a_token_once_its_models_spent_it() {
         "the model was not asked a third time"
     );
 }
+
+/// Named arguments wait and run as sent; a caller revoked while its call waited has nothing
+/// run for it; an input that carries the dispatcher's own secret is never kept in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_arguments_run_as_sent_and_a_revoked_caller_runs_nothing() {
+    let (f, hits) = fixture().await;
+    let s = start(&f, &[]).await;
+    let caller = claims(&s, &["SECRET_HIT"], Watch::default());
+    let tok = sign(&caller);
+    let (st, _, v) = send(
+        reqwest::Method::POST,
+        s.url("/api/dispatch"),
+        Some(&tok),
+        Some(json!({"key": "SECRET_HIT", "args": {"x": "named"}})),
+    )
+    .await;
+    assert_eq!(st, 202, "{v}");
+    let named = v["approval"].as_str().unwrap().to_string();
+    let (st, v) = decide(&s, OWNER, &named, "approve").await;
+    assert_eq!(
+        (st, v["result"]["output"].as_str()),
+        (200, Some("HTTP 200:hit named")),
+        "{v}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    // Missing arguments are refused at once: nobody is asked to approve a call that cannot run.
+    let (st, _, v) = send(
+        reqwest::Method::POST,
+        s.url("/api/dispatch"),
+        Some(&tok),
+        Some(json!({"key": "SECRET_HIT", "args": {}})),
+    )
+    .await;
+    assert_eq!(
+        (st, v["reason"].as_str()),
+        (400, Some("missing_args")),
+        "{v}"
+    );
+
+    // The owner key as the input: refused, and the ledger's queue never holds it.
+    let (st, _, v) = invoke(&s, &tok, "SECRET_HIT", OWNER).await;
+    assert_eq!(
+        (st, v["reason"].as_str()),
+        (400, Some("secret_in_input")),
+        "{v}"
+    );
+    let db = rusqlite::Connection::open(f.ledger_path()).expect("ledger");
+    let kept: String = db
+        .query_row("SELECT group_concat(request, '') FROM approvals", [], |r| {
+            r.get(0)
+        })
+        .expect("approvals");
+    assert!(
+        !kept.contains(OWNER),
+        "the owner key is in the approvals table"
+    );
+
+    // Revoked while it waited: approving it runs nothing, and the run's refusal is receipted.
+    let (st, _, v) = invoke(&s, &tok, "SECRET_HIT", "late").await;
+    assert_eq!(st, 202, "{v}");
+    let late = v["approval"].as_str().unwrap().to_string();
+    let revoke = Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args(["token", "revoke", &caller.id, "--ledger"])
+        .arg(format!("sqlite:{}", f.ledger_path().display()))
+        .output()
+        .expect("revoke");
+    assert!(revoke.status.success(), "{revoke:?}");
+    let (st, v) = decide(&s, OWNER, &late, "approve").await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["result"]["error"], "revoked", "{v}");
+    assert_eq!(v["result"]["status"], "REFUSED", "{v}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "nothing ran for the revoked caller"
+    );
+}

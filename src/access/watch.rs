@@ -204,8 +204,18 @@ pub struct Counter {
     pub limit: u64,
     pub expires: i64,
     pub kind: Limit,
-    /// What the limit is, for the refusal's message.
-    pub what: String,
+    /// What the limit counts, for the refusal's message (made only when refusing).
+    pub what: What,
+}
+
+/// What a counter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum What {
+    Calls { per_secs: u64 },
+    Daily,
+    Row,
+    Cost,
+    Repeats { per_secs: u64 },
 }
 
 impl Counter {
@@ -219,9 +229,23 @@ impl Counter {
         }
     }
 
+    /// The limit in words: `2 calls per 60 s`, `$0.800000 of model cost`.
+    pub fn describe(&self, key: &str) -> String {
+        let l = self.limit;
+        match self.what {
+            What::Calls { per_secs } => format!("{l} calls per {per_secs} s"),
+            What::Daily => format!("{l} calls a day (UTC)"),
+            What::Row => format!("{l} calls of {key}"),
+            What::Cost => format!("${:.6} of model cost", l as f64 / 1e6),
+            What::Repeats { per_secs } => {
+                format!("the same call of {key} {l} times in {per_secs} s")
+            }
+        }
+    }
+
     /// Seconds until the window ends, for `Retry-After` (at least one).
     pub fn retry_after(&self, now: i64) -> u64 {
-        (self.expires - now).max(1) as u64
+        self.expires.saturating_sub(now).max(1) as u64
     }
 }
 
@@ -235,10 +259,11 @@ pub fn counters(
     token_exp: i64,
 ) -> Vec<Counter> {
     let mut out = Vec::new();
+    // A window is at most ten years long, so no arithmetic on it overflows.
     let window = |per: u64| {
-        let per = per.max(1) as i64;
-        let start = now.div_euclid(per) * per;
-        (start, start + per)
+        let per = per.clamp(1, 10 * 365 * 86_400) as i64;
+        let start = now.div_euclid(per).saturating_mul(per);
+        (start, start.saturating_add(per))
     };
     if let Some(r) = watch.rate {
         let (start, end) = window(r.per_secs);
@@ -248,7 +273,9 @@ pub fn counters(
             limit: r.calls,
             expires: end,
             kind: Limit::Rate,
-            what: format!("{} calls per {} s", r.calls, r.per_secs),
+            what: What::Calls {
+                per_secs: r.per_secs,
+            },
         });
     }
     if let Some(d) = watch.daily {
@@ -259,7 +286,7 @@ pub fn counters(
             limit: d,
             expires: end,
             kind: Limit::Rate,
-            what: format!("{d} calls a day (UTC)"),
+            what: What::Daily,
         });
     }
     if let Some(p) = watch.per_row {
@@ -269,7 +296,7 @@ pub fn counters(
             limit: p,
             expires: token_exp,
             kind: Limit::Budget,
-            what: format!("{p} calls of {key}"),
+            what: What::Row,
         });
     }
     if let Some(c) = watch.max_cost_micro_usd {
@@ -279,7 +306,7 @@ pub fn counters(
             limit: c,
             expires: token_exp,
             kind: Limit::Budget,
-            what: format!("${:.6} of model cost", c as f64 / 1e6),
+            what: What::Cost,
         });
     }
     if let Some(r) = watch.max_repeats {
@@ -291,10 +318,9 @@ pub fn counters(
             limit: r.calls,
             expires: end,
             kind: Limit::Loop,
-            what: format!(
-                "the same call of {key} {} times in {} s",
-                r.calls, r.per_secs
-            ),
+            what: What::Repeats {
+                per_secs: r.per_secs,
+            },
         });
     }
     out
@@ -342,6 +368,29 @@ pub fn nested_counters(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Whatever a command line or a stored claim says, parsing answers and never panics;
+        /// a rate it accepts counts at least one call per at least one second.
+        #[test]
+        fn parsers_never_panic(text in "\\PC{0,24}", n in 0u64..u64::MAX, per in 0u64..u64::MAX) {
+            if let Ok(r) = parse_rate(&text) {
+                proptest::prop_assert!(r.calls >= 1 && r.per_secs >= 1);
+            }
+            if let Ok(c) = parse_usd(&text) {
+                proptest::prop_assert!(c >= 1);
+            }
+            let w = Watch {
+                rate: Some(Rate { calls: n, per_secs: per }),
+                max_repeats: Some(Rate { calls: n, per_secs: per }),
+                daily: Some(n),
+                ..Watch::default()
+            };
+            for c in counters(&w, &text, &text, n as i64, per as i64) {
+                let _ = (c.over(n), c.retry_after(per as i64));
+            }
+        }
+    }
 
     #[test]
     fn rates_parse() {

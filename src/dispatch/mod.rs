@@ -535,7 +535,11 @@ impl Dispatcher {
             && approved.is_none()
         {
             // Charged when asked: a call waiting for approval counts, so no queue floods.
-            let sha = ledger::sha256_hex(&input_text);
+            // The input's digest only for the loop breaker, the one counter that names it.
+            let sha = match claims.watch.max_repeats {
+                Some(_) => ledger::sha256_hex(&input_text),
+                None => String::new(),
+            };
             self.charge(&gate, callable, claims, &sha).await?;
         }
         if let (Some(needs), Caller::Token(claims)) = (needs, caller) {

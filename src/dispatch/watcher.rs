@@ -565,7 +565,9 @@ impl Dispatcher {
         let c: &Counter = &counters[i];
         let message = format!(
             "token {} is past its limit of {} ({} so far)",
-            claims.id, c.what, count
+            claims.id,
+            c.describe(&callable.row.key),
+            count
         );
         match gate
             .receipt(Some(callable), c.kind.as_str(), &message)

@@ -123,84 +123,108 @@ pub fn is_approval_id(id: &str) -> bool {
 
 /// The counters of one process, for a ledger only one dispatcher writes (SQLite): in memory,
 /// loaded from the ledger when it opens and written back by its flusher, so a restart keeps
-/// them (less what the last second counted).
+/// them (less what the last second counted). A call that charges counters already there
+/// allocates nothing and takes one lock.
 #[derive(Default)]
 pub struct Counters {
-    /// (token, counter) → (count, expires).
-    map: Mutex<HashMap<(String, String), (u64, i64)>>,
-    /// Changed since the last flush.
-    dirty: Mutex<Vec<(String, String)>>,
+    /// token → counter → its state.
+    map: Mutex<HashMap<String, HashMap<String, Count>>>,
+}
+
+/// One counter: its count, when its window ends, and whether it changed since the last flush.
+#[derive(Debug, Clone, Copy)]
+struct Count {
+    n: u64,
+    expires: i64,
+    dirty: bool,
 }
 
 impl Counters {
     /// Counters as stored: (token, name, count, expires).
     pub fn load(rows: Vec<(String, String, u64, i64)>) -> Counters {
-        let map = rows
-            .into_iter()
-            .map(|(t, n, c, e)| ((t, n), (c, e)))
-            .collect();
+        let mut map: HashMap<String, HashMap<String, Count>> = HashMap::new();
+        for (token, name, n, expires) in rows {
+            map.entry(token).or_default().insert(
+                name,
+                Count {
+                    n,
+                    expires,
+                    dirty: false,
+                },
+            );
+        }
         Counters {
             map: Mutex::new(map),
-            dirty: Mutex::default(),
         }
     }
 
     /// Charge every counter at once, or none: the index of the first one past its limit.
     pub fn charge(&self, token: &str, counters: &[Counter], now: i64) -> Option<(usize, u64)> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let current = |name: &str, map: &HashMap<(String, String), (u64, i64)>| {
-            map.get(&(token.to_string(), name.to_string()))
-                .filter(|(_, expires)| *expires > now)
-                .map_or(0, |(n, _)| *n)
-        };
-        for (i, c) in counters.iter().enumerate() {
-            let n = current(&c.name, &map);
-            if c.over(n) {
-                return Some((i, n));
+        if let Some(held) = map.get(token) {
+            for (i, c) in counters.iter().enumerate() {
+                let n = held
+                    .get(c.name.as_str())
+                    .filter(|h| h.expires > now)
+                    .map_or(0, |h| h.n);
+                if c.over(n) {
+                    return Some((i, n));
+                }
             }
+        } else if let Some(i) = counters.iter().position(|c| c.over(0)) {
+            return Some((i, 0));
         }
-        self.add_locked(&mut map, token, counters, now);
+        add_locked(&mut map, token, counters, now);
         None
     }
 
     /// Add to the counters whatever their limits (what nested calls and models spent).
     pub fn add(&self, token: &str, counters: &[Counter], now: i64) {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        self.add_locked(&mut map, token, counters, now);
-    }
-
-    fn add_locked(
-        &self,
-        map: &mut HashMap<(String, String), (u64, i64)>,
-        token: &str,
-        counters: &[Counter],
-        now: i64,
-    ) {
-        let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-        for c in counters.iter().filter(|c| c.add > 0) {
-            let slot = map
-                .entry((token.to_string(), c.name.clone()))
-                .or_insert((0, c.expires));
-            if slot.1 <= now {
-                *slot = (0, c.expires);
-            }
-            slot.0 = slot.0.saturating_add(c.add);
-            dirty.push((token.to_string(), c.name.clone()));
-        }
+        add_locked(&mut map, token, counters, now);
     }
 
     /// What changed since the last call, to write back: (token, name, count, expires); and
     /// expired counters are forgotten.
     pub fn take_dirty(&self, now: i64) -> Vec<(String, String, u64, i64)> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let dirty = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()));
-        let mut out: Vec<(String, String, u64, i64)> = dirty
-            .into_iter()
-            .filter_map(|k| map.get(&k).map(|(n, e)| (k.0, k.1, *n, *e)))
-            .collect();
-        out.sort();
-        out.dedup();
-        map.retain(|_, (_, expires)| *expires > now);
+        let mut out = Vec::new();
+        for (token, held) in map.iter_mut() {
+            for (name, c) in held.iter_mut().filter(|(_, c)| c.dirty) {
+                c.dirty = false;
+                out.push((token.clone(), name.clone(), c.n, c.expires));
+            }
+            held.retain(|_, c| c.expires > now);
+        }
+        map.retain(|_, held| !held.is_empty());
         out
+    }
+}
+
+fn add_locked(
+    map: &mut HashMap<String, HashMap<String, Count>>,
+    token: &str,
+    counters: &[Counter],
+    now: i64,
+) {
+    let held = match map.get_mut(token) {
+        Some(held) => held,
+        None => map.entry(token.to_string()).or_default(),
+    };
+    for c in counters.iter().filter(|c| c.add > 0) {
+        let slot = match held.get_mut(c.name.as_str()) {
+            Some(slot) => slot,
+            None => held.entry(c.name.clone()).or_insert(Count {
+                n: 0,
+                expires: c.expires,
+                dirty: true,
+            }),
+        };
+        if slot.expires <= now {
+            slot.n = 0;
+            slot.expires = c.expires;
+        }
+        slot.n = slot.n.saturating_add(c.add);
+        slot.dirty = true;
     }
 }

@@ -59,11 +59,13 @@ pub(super) async fn decide(
         "deny" => false,
         other => return Err(bad_decision(format!("`{other}` is not a decision"))),
     };
-    let view = state
-        .dispatcher()
-        .decide(&caller, &id, approve, body.note)
-        .await?;
-    Ok(no_store(axum::Json(view).into_response()))
+    // On a task of its own: a decider who hangs up does not cut the approved run short.
+    let dispatcher = state.dispatcher().clone();
+    let decided =
+        tokio::spawn(async move { dispatcher.decide(&caller, &id, approve, body.note).await })
+            .await
+            .map_err(|e| ApiError::internal("the decision stopped", e.into()))?;
+    Ok(no_store(axum::Json(decided?).into_response()))
 }
 
 fn bad_decision(message: String) -> ApiError {
