@@ -33,6 +33,7 @@ fn dispatcher(scratch: &Path, ledger_dir: &Path) -> Dispatcher {
         config: InvokerConfig::default(),
         max_inflight: 1024,
         tree_budget: Default::default(),
+        approval_ttl: capdir::dispatch::DEFAULT_APPROVAL_TTL,
     })
     .expect("dispatcher")
 }

@@ -80,7 +80,7 @@ pub struct ApprovalRefusal {
 }
 
 impl ApprovalRefusal {
-    fn new(code: &'static str, message: impl Into<String>) -> DispatchError {
+    fn refuse(code: &'static str, message: impl Into<String>) -> DispatchError {
         DispatchError::Approval(ApprovalRefusal {
             code,
             message: message.into(),
@@ -248,15 +248,15 @@ impl Dispatcher {
             Caller::Owner => Ok(()),
             Caller::Token(claims) if claims.watch.approver => {
                 match self.holder_refusal(claims).await? {
-                    Some(r) => Err(ApprovalRefusal::new("not_approver", r.message)),
+                    Some(r) => Err(ApprovalRefusal::refuse("not_approver", r.message)),
                     None => Ok(()),
                 }
             }
-            Caller::Token(claims) => Err(ApprovalRefusal::new(
+            Caller::Token(claims) => Err(ApprovalRefusal::refuse(
                 "not_approver",
                 format!("token {} may not decide calls", claims.id),
             )),
-            Caller::Anonymous => Err(ApprovalRefusal::new(
+            Caller::Anonymous => Err(ApprovalRefusal::refuse(
                 "not_approver",
                 "deciding calls needs the owner key or an approver token",
             )),
@@ -281,7 +281,7 @@ impl Dispatcher {
         let found = self.find_approval(id, now).await?;
         if !self.may_read(caller, &found).await {
             // A caller who did not ask for it learns nothing of it, not even that it exists.
-            return Err(ApprovalRefusal::new(
+            return Err(ApprovalRefusal::refuse(
                 "unknown_approval",
                 format!("no approval {id} of yours"),
             ));
@@ -302,7 +302,7 @@ impl Dispatcher {
             let now = chrono::Utc::now().timestamp();
             let found = self.find_approval(id, now).await?;
             if !self.may_read(caller, &found).await {
-                return Err(ApprovalRefusal::new(
+                return Err(ApprovalRefusal::refuse(
                     "unknown_approval",
                     format!("no approval {id} of yours"),
                 ));
@@ -315,13 +315,13 @@ impl Dispatcher {
                         .and_then(|d| d.note.clone())
                         .map(|n| format!(": {n}"))
                         .unwrap_or_default();
-                    return Err(ApprovalRefusal::new(
+                    return Err(ApprovalRefusal::refuse(
                         "approval_denied",
                         format!("a person denied the call {id}{note}"),
                     ));
                 }
                 watch::EXPIRED => {
-                    return Err(ApprovalRefusal::new(
+                    return Err(ApprovalRefusal::refuse(
                         "approval_expired",
                         format!(
                             "nobody decided the call {id} before {}",
@@ -348,7 +348,7 @@ impl Dispatcher {
 
     async fn find_approval(&self, id: &str, now: i64) -> Result<Approval, DispatchError> {
         if !watch::is_approval_id(id) {
-            return Err(ApprovalRefusal::new(
+            return Err(ApprovalRefusal::refuse(
                 "bad_approval_id",
                 format!("`{id}` is not an approval id"),
             ));
@@ -357,7 +357,7 @@ impl Dispatcher {
             .approval(id, now)
             .await
             .map_err(|e| DispatchError::unavailable("the approval could not be read", e))?
-            .ok_or_else(|| ApprovalRefusal::new("unknown_approval", format!("no approval {id}")))
+            .ok_or_else(|| ApprovalRefusal::refuse("unknown_approval", format!("no approval {id}")))
     }
 
     fn view(&self, a: &Approval, now: i64) -> View {
@@ -408,7 +408,7 @@ impl Dispatcher {
         let found = self.find_approval(id, now).await?;
         let p = &found.pending;
         if decider.actor() == format!("token:{}", p.caller.id) {
-            return Err(ApprovalRefusal::new(
+            return Err(ApprovalRefusal::refuse(
                 "self_approval",
                 format!(
                     "{} asked for {id}; nobody decides their own call",
@@ -425,7 +425,7 @@ impl Dispatcher {
                 .get(&p.key)
                 .map(|c| c.fingerprint.clone());
             if current.as_deref() != Some(p.fingerprint.as_str()) {
-                return Err(ApprovalRefusal::new(
+                return Err(ApprovalRefusal::refuse(
                     "contract_changed",
                     format!(
                         "{} changed since {id} was asked (fingerprint {} → {}); it is not run",
@@ -461,7 +461,7 @@ impl Dispatcher {
             // Another decider got there first, or it expired meanwhile.
             let again = self.find_approval(id, now).await?;
             check_undecided(&again)?;
-            return Err(ApprovalRefusal::new(
+            return Err(ApprovalRefusal::refuse(
                 "already_decided",
                 format!("{id} was decided meanwhile"),
             ));
@@ -611,11 +611,11 @@ fn check_undecided(a: &Approval) -> Result<(), DispatchError> {
     let id = &a.pending.id;
     match a.state.as_str() {
         watch::PENDING => Ok(()),
-        watch::EXPIRED => Err(ApprovalRefusal::new(
+        watch::EXPIRED => Err(ApprovalRefusal::refuse(
             "approval_expired",
             format!("{id} expired at {}", token::rfc3339(a.pending.expires_at)),
         )),
-        state => Err(ApprovalRefusal::new(
+        state => Err(ApprovalRefusal::refuse(
             "already_decided",
             format!(
                 "{id} was {state} by {}",

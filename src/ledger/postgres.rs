@@ -600,8 +600,7 @@ impl PgLedger {
         if self
             .charges
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            % 1024
-            == 0
+            .is_multiple_of(1024)
         {
             self.reader
                 .query("DELETE FROM counters WHERE expires <= $1", &[&now])
