@@ -64,27 +64,7 @@ async fn fixture(reply: &str) -> (Built, Seen, String) {
         }),
     ))
     .await;
-    let model_hits = Arc::new(AtomicUsize::new(0));
-    let counter = model_hits.clone();
-    let reply = reply.to_string();
-    let model = common::serve(axum::Router::new().route(
-        "/v1/chat/completions",
-        post(move || {
-            let counter = counter.clone();
-            let reply = reply.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                axum::Json(json!({
-                    "id": "chatcmpl-t",
-                    "object": "chat.completion",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": reply}}],
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 2},
-                }))
-            }
-        }),
-    ))
-    .await;
+    let (model, model_hits) = common::model_stand_in(reply).await;
     let repo = Repo::new();
     repo.write("ECHO_STEP.yaml", &fn_row("ECHO_STEP", "echo", "text"));
     repo.write("SHA_TOOL.yaml", &fn_row("SHA_TOOL", "sha256", "text"));

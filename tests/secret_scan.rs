@@ -285,7 +285,7 @@ async fn no_secret_reaches_a_file_a_log_or_an_answer() {
             200,
         ),
         ("scope", &narrow, "LEAK_QUERY", "a", 403),
-        ("risk", &net, "GUARDED", "a", 403),
+        ("waits for a person", &net, "GUARDED", "a", 202),
         ("high risk", &high, "GUARDED", "a", 200),
     ] {
         let (st, v) = t

@@ -84,21 +84,9 @@ async fn start(f: &Built, extra: &[&str]) -> Served {
 }
 
 fn claims(served: &Served, keys: &[&str], watch: Watch) -> Claims {
-    let now = chrono::Utc::now().timestamp();
     Claims {
-        id: token::new_id(),
-        iat: now,
-        exp: now + 600,
-        aud: served.url(""),
-        keys: keys.iter().map(|k| k.to_string()).collect(),
-        categories: vec![],
-        write: vec![],
-        risk: Risk::Low,
-        pin: None,
-        body: None,
-        max_payload: None,
-        credentials: vec![],
         watch,
+        ..common::claims_for(&served.url(""), keys)
     }
 }
 
@@ -168,6 +156,16 @@ async fn decide(s: &Served, credential: &str, id: &str, decision: &str) -> (u16,
     (st, v)
 }
 
+/// The answer is the refusal `code` with `status`.
+#[track_caller]
+fn says(st: u16, v: &Json, status: u16, code: &str) {
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (status, Some(code)),
+        "{v}"
+    );
+}
+
 /// `capdir approvals …` against `s` with the owner key.
 fn cli(s: &Served, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_capdir"))
@@ -224,17 +222,9 @@ async fn a_sensitive_call_waits_for_a_person_and_runs_once_when_approved() {
         None,
     )
     .await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (403, Some("not_approver")),
-        "{v}"
-    );
+    says(st, &v, 403, "not_approver");
     let (st, v) = decide(&s, &tok, &id, "approve").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (403, Some("not_approver")),
-        "{v}"
-    );
+    says(st, &v, 403, "not_approver");
     // Nor does anyone without a credential.
     let (st, _, _) = send(reqwest::Method::GET, s.url("/api/approvals"), None, None).await;
     assert_eq!(st, 403);
@@ -276,11 +266,7 @@ async fn a_sensitive_call_waits_for_a_person_and_runs_once_when_approved() {
 
     // Once only: a second decision is refused and nothing runs again.
     let (st, v) = decide(&s, OWNER, &id, "approve").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (409, Some("already_decided")),
-        "{v}"
-    );
+    says(st, &v, 409, "already_decided");
     let (st, v) = decide(&s, OWNER, &id, "deny").await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
@@ -354,11 +340,7 @@ async fn denied_expired_and_changed_calls_never_run() {
     let out = cli(&s, &["deny", &denied, "--note", "not today"]);
     assert!(out.status.success(), "{out:?}");
     let (st, v) = poll(&s, &tok, &denied).await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (403, Some("approval_denied")),
-        "{v}"
-    );
+    says(st, &v, 403, "approval_denied");
     assert!(
         v["error"]["message"]
             .as_str()
@@ -367,27 +349,15 @@ async fn denied_expired_and_changed_calls_never_run() {
         "{v}"
     );
     let (st, v) = decide(&s, OWNER, &denied, "approve").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (409, Some("already_decided")),
-        "{v}"
-    );
+    says(st, &v, 409, "already_decided");
 
     // Expired: nobody decided in time; it can no longer be approved.
     let expired = ask("e").await;
     tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
     let (st, v) = poll(&s, &tok, &expired).await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (409, Some("approval_expired")),
-        "{v}"
-    );
+    says(st, &v, 409, "approval_expired");
     let (st, v) = decide(&s, OWNER, &expired, "approve").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (409, Some("approval_expired")),
-        "{v}"
-    );
+    says(st, &v, 409, "approval_expired");
 
     // Changed: the row's contract moved between the request and the approval.
     let changed = ask("c").await;
@@ -415,27 +385,15 @@ async fn denied_expired_and_changed_calls_never_run() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let (st, v) = decide(&s, OWNER, &changed, "approve").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (409, Some("contract_changed")),
-        "{v}"
-    );
+    says(st, &v, 409, "contract_changed");
     assert_eq!(hits.load(Ordering::SeqCst), 0, "none of them ran");
     // Unknown and malformed ids.
     let (st, v) = decide(&s, OWNER, "apr_00000000000000000000000000000000", "approve").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (404, Some("unknown_approval")),
-        "{v}"
-    );
+    says(st, &v, 404, "unknown_approval");
     let (st, v) = decide(&s, OWNER, "apr_../../x", "approve").await;
     assert!(st == 400 || st == 404, "{st} {v}");
     let (st, v) = decide(&s, OWNER, &changed, "maybe").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (400, Some("bad_decision")),
-        "{v}"
-    );
+    says(st, &v, 400, "bad_decision");
 }
 
 /// What another caller could make of someone's approval: read it, poll its result, approve
@@ -455,11 +413,7 @@ async fn nobody_decides_their_own_call_or_reads_another_callers() {
     assert_eq!(st, 202, "{v}");
     let own = v["approval"].as_str().unwrap().to_string();
     let (st, v) = decide(&s, &both_tok, &own, "approve").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (403, Some("self_approval")),
-        "{v}"
-    );
+    says(st, &v, 403, "self_approval");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 
     // Another caller's token learns nothing of it.
@@ -485,11 +439,7 @@ async fn nobody_decides_their_own_call_or_reads_another_callers() {
         .expect("revoke");
     assert!(revoke.status.success(), "{revoke:?}");
     let (st, v) = decide(&s, &approver_tok, &own, "approve").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (403, Some("not_approver")),
-        "{v}"
-    );
+    says(st, &v, 403, "not_approver");
     // A live approver token may: the call runs as its caller, not as the approver.
     let second = claims(
         &s,
@@ -686,11 +636,7 @@ async fn a_restart_keeps_the_counters_and_the_queue() {
     drop(s);
     let s = start(&f, &base).await;
     let (st, _, v) = invoke(&s, &tok, "ECHO", "three").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (429, Some("rate_limited")),
-        "{v}"
-    );
+    says(st, &v, 429, "rate_limited");
     // The queued call is still there, and runs once approved.
     let (st, v) = decide(&s, OWNER, &id, "approve").await;
     assert_eq!(
@@ -734,24 +680,7 @@ async fn two_dispatchers_share_the_queue_and_the_counters() {
     let (mut a, port_a) = start_on(&f, &db.url, "data-a").await;
     let (mut b, port_b) = start_on(&f, &db.url, "data-b").await;
     let at = |port: u16, path: &str| format!("http://127.0.0.1:{port}{path}");
-    let mut low = {
-        let now = chrono::Utc::now().timestamp();
-        Claims {
-            id: token::new_id(),
-            iat: now,
-            exp: now + 600,
-            aud: "http://watcher.test".into(),
-            keys: vec!["SECRET_HIT".into(), "ECHO".into()],
-            categories: vec![],
-            write: vec![],
-            risk: Risk::Low,
-            pin: None,
-            body: None,
-            max_payload: None,
-            credentials: vec![],
-            watch: Watch::default(),
-        }
-    };
+    let mut low = common::claims_for("http://watcher.test", &["SECRET_HIT", "ECHO"]);
     let tok = sign(&low);
     let ask = |port: u16, body: &'static str| {
         let tok = tok.clone();
@@ -842,11 +771,7 @@ async fn two_dispatchers_share_the_queue_and_the_counters() {
         assert_eq!(st, 200, "{v}");
     }
     let (st, retry, v) = echo(port_b).await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (429, Some("rate_limited")),
-        "{v}"
-    );
+    says(st, &v, 429, "rate_limited");
     assert!(retry.is_some());
     let _ = a.kill();
     let _ = b.kill();
@@ -858,27 +783,8 @@ async fn two_dispatchers_share_the_queue_and_the_counters() {
 /// it the next call is refused `budget_exhausted` and the model is not asked again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_limit_stops_a_token_once_its_models_spent_it() {
-    use axum::routing::post;
     use capdir::serve::{AppState, Settings};
-    let asked = Arc::new(AtomicUsize::new(0));
-    let counter = asked.clone();
-    let model = common::serve(axum::Router::new().route(
-        "/v1/chat/completions",
-        post(move || {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                axum::Json(json!({
-                    "id": "chatcmpl-t",
-                    "object": "chat.completion",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": "an answer"}}],
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 2},
-                }))
-            }
-        }),
-    ))
-    .await;
+    let (model, asked) = common::model_stand_in("an answer").await;
     let repo = Repo::new();
     repo.write(
         "PRICED_AGENT.yaml",
@@ -902,24 +808,12 @@ async fn a_cost_limit_stops_a_token_once_its_models_spent_it() {
     );
     s.config.egress = capdir::invoke::egress::Egress::loopback();
     let state = AppState::new(s).expect("state");
-    let now = chrono::Utc::now().timestamp();
     let c = Claims {
-        id: token::new_id(),
-        iat: now,
-        exp: now + 600,
-        aud: "http://127.0.0.1:8080".into(),
-        keys: vec!["PRICED_AGENT".into()],
-        categories: vec![],
-        write: vec![],
-        risk: Risk::Low,
-        pin: None,
-        body: None,
-        max_payload: None,
-        credentials: vec![],
         watch: Watch {
             max_cost_micro_usd: Some(800_000),
             ..Watch::default()
         },
+        ..common::claims_for("http://127.0.0.1:8080", &["PRICED_AGENT"])
     };
     let caller = capdir::access::auth::Caller::Token(Box::new(c));
     let ask = || capdir::dispatch::InvokeRequest {

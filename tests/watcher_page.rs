@@ -50,22 +50,7 @@ async fn fixture() -> (Built, Arc<Mutex<Vec<String>>>) {
 
 /// A low-risk token for the row, for the dispatcher at `audience`.
 fn low_token(audience: &str) -> String {
-    let now = chrono::Utc::now().timestamp();
-    let claims = Claims {
-        id: token::new_id(),
-        iat: now,
-        exp: now + 600,
-        aud: audience.into(),
-        keys: vec![KEY.into()],
-        categories: vec![],
-        write: vec![],
-        risk: Risk::Low,
-        pin: None,
-        body: None,
-        max_payload: None,
-        credentials: vec![],
-        watch: Default::default(),
-    };
+    let claims = common::claims_for(audience, &[KEY]);
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }
 

@@ -516,3 +516,54 @@ pub fn client() -> reqwest::Client {
         .build()
         .expect("the test HTTP client")
 }
+
+/// The claims of a token for `keys` at the dispatcher `aud`: minted now, valid ten minutes,
+/// risk low, nothing else allowed or watched.
+pub fn claims_for(aud: &str, keys: &[&str]) -> capdir::access::token::Claims {
+    let now = chrono::Utc::now().timestamp();
+    capdir::access::token::Claims {
+        id: capdir::access::token::new_id(),
+        iat: now,
+        exp: now + 600,
+        aud: aud.into(),
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        categories: vec![],
+        write: vec![],
+        risk: capdir::access::token::Risk::Low,
+        pin: None,
+        body: None,
+        max_payload: None,
+        credentials: vec![],
+        watch: Default::default(),
+    }
+}
+
+/// A stand-in for an OpenAI-compatible model on loopback (`/v1/chat/completions`): it always
+/// answers `reply` with 3 prompt and 2 completion tokens, and counts the requests it got.
+pub async fn model_stand_in(
+    reply: &str,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let reply = reply.to_string();
+    let addr = serve(axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let counter = counter.clone();
+            let reply = reply.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                axum::Json(json!({
+                    "id": "chatcmpl-t",
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": reply}}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+                }))
+            }
+        }),
+    ))
+    .await;
+    (addr, asked)
+}
