@@ -10,7 +10,7 @@ use crate::common;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
-use axum::routing::{get, post};
+use axum::routing::get;
 use capdir::access::token::{self, Claims, Risk, TokenKey};
 use capdir::dispatch::TreeBudget;
 use capdir::ledger::SqliteLedger;

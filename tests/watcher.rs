@@ -7,7 +7,7 @@
 use crate::common;
 
 use axum::routing::get;
-use capdir::access::token::{self, Claims, Risk, TokenKey};
+use capdir::access::token::{self, Claims, TokenKey};
 use capdir::access::watch::{Rate, Watch};
 use common::{Built, Repo, Served};
 use serde_json::{Value as Json, json};

@@ -10,7 +10,7 @@ use crate::common::{self, Built, Repo, Served};
 
 use axum::extract::Path;
 use axum::routing::get;
-use capdir::access::token::{self, Claims, Risk, TokenKey};
+use capdir::access::token::TokenKey;
 use serde_json::{Value as Json, json};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
