@@ -57,6 +57,10 @@ async fn fixture() -> (Built, Arc<AtomicUsize>) {
         &format!("{}  [\"$1\"]\n", row("ECHO", "fn", "echo", "")),
     );
     repo.write(
+        "TRIM.yaml",
+        &format!("{}  [\"$1\"]\n", row("TRIM", "fn", "trim", "")),
+    );
+    repo.write(
         "TWO_ECHOES.yaml",
         &format!(
             "{}  ECHO: $1 > ECHO: $PREV\n",
@@ -920,5 +924,88 @@ async fn named_arguments_run_as_sent_and_a_revoked_caller_runs_nothing() {
         hits.load(Ordering::SeqCst),
         1,
         "nothing ran for the revoked caller"
+    );
+}
+
+/// Every invocation answer carries its proof: where the receipt is read and confirmed, and the
+/// POST that repairs the call; a run that produced nothing can be repaired like a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_carry_their_proof_and_an_empty_run_can_be_repaired() {
+    let (f, _) = fixture().await;
+    let s = start(&f, &[]).await;
+    // Trimming blanks runs and produces nothing.
+    let (st, _, empty) = invoke(&s, OWNER, "TRIM", "   ").await;
+    assert_eq!(
+        (st, empty["status"].as_str()),
+        (200, Some("RAN_NO_MATERIAL")),
+        "{empty}"
+    );
+    let id = empty["receipt"].as_str().unwrap();
+    let proof = &empty["proof"];
+    assert_eq!(proof["receipt_url"], s.url(&format!("/receipt/{id}")));
+    assert_eq!(
+        proof["confirm_url"],
+        s.url(&format!("/api/dispatch?confirm={id}"))
+    );
+    assert_eq!(proof["repair"]["method"], "POST");
+    assert_eq!(proof["repair"]["url"], s.url("/api/dispatch"));
+    assert_eq!(proof["repair"]["body"]["repairs"], id);
+    assert_eq!(proof["repair"]["body"]["key"], "TRIM");
+    // The addresses work as given: the keyless confirm, then the repair.
+    let (st, _, v) = send(
+        reqwest::Method::GET,
+        proof["confirm_url"].as_str().unwrap().to_string(),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, v["status"].as_str()),
+        (200, Some("RAN_NO_MATERIAL")),
+        "{v}"
+    );
+    let mut repair = proof["repair"]["body"].clone();
+    repair["body"] = json!("now with words");
+    let (st, _, fixed) = send(
+        reqwest::Method::POST,
+        proof["repair"]["url"].as_str().unwrap().to_string(),
+        Some(OWNER),
+        Some(repair),
+    )
+    .await;
+    assert_eq!(
+        (st, fixed["output"].as_str()),
+        (200, Some("now with words")),
+        "{fixed}"
+    );
+    // Lineage both ways.
+    let (_, _, full) = send(
+        reqwest::Method::GET,
+        proof["receipt_url"].as_str().unwrap().to_string(),
+        Some(OWNER),
+        None,
+    )
+    .await;
+    assert_eq!(full["repaired_by"], json!([fixed["receipt"]]), "{full}");
+    // A successful run is not repaired; a refusal's answer carries its proof too.
+    let mut again = fixed["proof"]["repair"]["body"].clone();
+    again["body"] = json!("x");
+    let (st, _, v) = send(
+        reqwest::Method::POST,
+        s.url("/api/dispatch"),
+        Some(OWNER),
+        Some(again),
+    )
+    .await;
+    says(st, &v, 409, "repairs_not_failed");
+    let tok = sign(&claims(&s, &["ECHO"], Watch::default()));
+    let (st, _, v) = invoke(&s, &tok, "SECRET_HIT", "x").await;
+    says(st, &v, 403, "scope");
+    assert_eq!(
+        v["proof"]["confirm_url"],
+        s.url(&format!(
+            "/api/dispatch?confirm={}",
+            v["receipt"].as_str().unwrap()
+        ))
     );
 }

@@ -180,7 +180,7 @@ impl DispatchError {
                 "name the failed invocation this one corrects".into()
             }
             DispatchError::RepairsNotFailed { .. } => {
-                "only a FAILED or REFUSED invocation can be repaired".into()
+                "only a FAILED, REFUSED or RAN_NO_MATERIAL invocation can be repaired".into()
             }
             DispatchError::BadReceiptId => "use the `receipt` field of an invocation's answer".into(),
             DispatchError::UnknownReceipt => "check the id; receipts are never deleted".into(),

@@ -52,6 +52,30 @@ pub struct Invoked {
     pub usage: Option<crate::invoke::outcome::Usage>,
 }
 
+/// Where a receipt can be checked and what to send to repair its call: every invocation
+/// answer carries one (`proof`), so a caller that only follows URLs can confirm and repair.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Proof {
+    /// The full receipt (a credential reads it: the owner, or the token that made it).
+    pub receipt_url: String,
+    /// The keyless confirmation: status and hashes, for anyone who knows the id.
+    pub confirm_url: String,
+    /// The receipt as a page (for a browser; keyless it shows the confirmation).
+    pub page_url: String,
+    /// The call that would repair this one: the same key, corrected input, `repairs` naming
+    /// this receipt.
+    pub repair: Repair,
+    pub trace_id: String,
+}
+
+/// A POST that repairs a call.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Repair {
+    pub method: &'static str,
+    pub url: String,
+    pub body: Json,
+}
+
 /// A text whose router tags ran: each tag replaced by its output, or by its refusal.
 #[derive(Debug, serde::Serialize)]
 pub struct Routed {
@@ -197,6 +221,27 @@ impl Dispatcher {
     /// The dispatcher's public URL: the audience its tokens must name.
     pub fn audience(&self) -> &str {
         &self.audience
+    }
+
+    /// The addresses that prove and repair the call `r` records.
+    pub fn proof(&self, r: &Receipt) -> Proof {
+        let base = self.audience.trim_end_matches('/');
+        let id = &r.draft.id;
+        Proof {
+            receipt_url: format!("{base}/receipt/{id}"),
+            confirm_url: format!("{base}/api/dispatch?confirm={id}"),
+            page_url: format!("{base}/receipt/{id}"),
+            repair: Repair {
+                method: "POST",
+                url: format!("{base}/api/dispatch"),
+                body: serde_json::json!({
+                    "key": r.draft.key,
+                    "body": "the corrected arguments, a|b",
+                    "repairs": id,
+                }),
+            },
+            trace_id: r.draft.trace_id.clone(),
+        }
     }
 
     /// The site's current build, loaded from disk (what a reload would swap in).
@@ -509,9 +554,11 @@ impl Dispatcher {
                 },
                 e => e,
             })?;
-            if earlier.draft.status != Status::Failed.as_str()
-                && earlier.draft.status != Status::Refused.as_str()
-            {
+            // A call that failed, was refused, or ran and produced nothing can be repaired.
+            let repairable = [Status::Failed, Status::Refused, Status::RanNoMaterial]
+                .iter()
+                .any(|st| earlier.draft.status == st.as_str());
+            if !repairable {
                 return Err(DispatchError::RepairsNotFailed {
                     repairs: repairs.clone(),
                     status: earlier.draft.status,

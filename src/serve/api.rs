@@ -115,8 +115,12 @@ pub(super) async fn dispatch_get(
             args: None,
             repairs: None,
         };
-        let done = state.dispatcher().dispatch(&caller, request).await?;
-        return Ok(invoked_response(&done));
+        let done = state
+            .dispatcher()
+            .dispatch(&caller, request)
+            .await
+            .map_err(|e| with_proof(&state, e))?;
+        return Ok(invoked_response(&state, &done));
     }
     if let Some(text) = q.ask {
         let answer = ask::answer(
@@ -313,12 +317,26 @@ pub(super) async fn dispatch_post(
 ) -> Result<Response, ApiError> {
     let caller = runner_caller(&state, &headers)?;
     let request = read_request(&state, req).await?;
-    let done = state.dispatcher().dispatch(&caller, request).await?;
-    Ok(invoked_response(&done))
+    let done = state
+        .dispatcher()
+        .dispatch(&caller, request)
+        .await
+        .map_err(|e| with_proof(&state, e))?;
+    Ok(invoked_response(&state, &done))
+}
+
+/// A dispatch error as an answer, with the proof of its receipt when it left one.
+pub(super) fn with_proof(state: &AppState, e: DispatchError) -> ApiError {
+    let proof = e.receipt().map(|r| state.dispatcher().proof(r));
+    let api = ApiError::from(e);
+    match proof {
+        Some(p) => api.with("proof", json!(p)),
+        None => api,
+    }
 }
 
 /// The answer to a successful invocation, with its receipt id in a header as well.
-fn invoked_response(done: &Invoked) -> Response {
+fn invoked_response(state: &AppState, done: &Invoked) -> Response {
     /// The answer to an invocation, written straight from its parts.
     #[derive(Serialize)]
     struct Answer<'a> {
@@ -331,6 +349,7 @@ fn invoked_response(done: &Invoked) -> Response {
         truncated: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
         usage: Option<&'a crate::invoke::outcome::Usage>,
+        proof: dispatch::Proof,
     }
     let receipt = &done.receipt;
     let mut response = axum::Json(Answer {
@@ -342,6 +361,7 @@ fn invoked_response(done: &Invoked) -> Response {
         duration_ms: done.duration.as_secs_f64() * 1000.0,
         truncated: done.truncated,
         usage: done.usage.as_ref(),
+        proof: state.dispatcher().proof(receipt),
     })
     .into_response();
     if let Ok(v) = HeaderValue::from_str(&receipt.draft.id) {

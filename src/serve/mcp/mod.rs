@@ -764,6 +764,7 @@ async fn invoke(state: &AppState, caller: &Caller, request: InvokeRequest) -> Js
                     "catalogue_commit": r.catalogue_commit,
                     "duration_ms": done.duration.as_secs_f64() * 1000.0,
                     "truncated": done.truncated,
+                    "proof": state.dispatcher().proof(&done.receipt),
                 }),
                 false,
             )
@@ -771,9 +772,9 @@ async fn invoke(state: &AppState, caller: &Caller, request: InvokeRequest) -> Js
         // Waiting for a person is not a failure: the result says so, with where to poll. Not
         // elicitation: it asks the calling client's own user, who would approve their own call.
         Err(e @ DispatchError::PendingApproval { .. }) => {
-            tool_result(ApiError::from(e).to_json(), false)
+            tool_result(crate::serve::api::with_proof(state, e).to_json(), false)
         }
-        Err(e) => tool_error(&e.into()),
+        Err(e) => tool_error(&crate::serve::api::with_proof(state, e)),
     }
 }
 
