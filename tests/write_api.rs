@@ -966,3 +966,110 @@ async fn the_command_line_serves_writes_for_a_minted_token() {
     assert_ne!(head, before);
     drop(served);
 }
+
+/// An agent fixing a row reads it as stored (YAML or JSON, the commit, the ETag) and sends
+/// its change with `If-Match`: a second agent that read the same version is refused with
+/// 412 and the current ETag, and nothing of its change is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_read_as_stored_is_written_back_with_if_match() {
+    let s = Served::start(Mode::Direct, |_| {}).await;
+    let read = |format: &'static str| {
+        let s = &s;
+        async move {
+            let res = s
+                .client
+                .get(format!("{}/api/directory/GOOD_ECHO?format={format}", s.url))
+                .send()
+                .await
+                .expect("response");
+            let status = res.status().as_u16();
+            let etag = res
+                .headers()
+                .get("etag")
+                .map(|v| v.to_str().unwrap().to_string());
+            let commit = res
+                .headers()
+                .get("x-capdir-commit")
+                .map(|v| v.to_str().unwrap().to_string());
+            (status, etag, commit, res.text().await.expect("body"))
+        }
+    };
+    let (st, etag, commit, yaml) = read("yaml").await;
+    assert_eq!(st, 200, "{yaml}");
+    assert_eq!(
+        yaml,
+        s.file("GOOD_ECHO.yaml").expect("file"),
+        "the file as stored"
+    );
+    let etag = etag.expect("an ETag");
+    assert_eq!(commit.as_deref(), Some(s.head().as_str()));
+    let (st, etag_json, _, json_text) = read("json").await;
+    assert_eq!(st, 200);
+    assert_eq!(etag_json.as_deref(), Some(etag.as_str()));
+    let doc: Json = serde_json::from_str(&json_text).expect("json");
+    assert_eq!(doc["row"]["key"], "GOOD_ECHO");
+    assert_eq!(doc["etag"], etag.as_str());
+    assert_eq!(doc["commit"], s.head().as_str());
+
+    // Two agents read the same version; the first write lands, the second is refused.
+    let send = |if_match: String, what: &'static str| {
+        let s = &s;
+        async move {
+            let res = s
+                .client
+                .patch(format!("{}/api/directory/GOOD_ECHO", s.url))
+                .header("authorization", format!("Bearer {OWNER}"))
+                .header("content-type", "application/json")
+                .header("if-match", if_match)
+                .body(json!({"category": what}).to_string())
+                .send()
+                .await
+                .expect("response");
+            let status = res.status().as_u16();
+            (status, res.json::<Json>().await.expect("json"))
+        }
+    };
+    let (st, v) = send(etag.clone(), "first").await;
+    assert_eq!(st, 201, "{v}");
+    let before = s.state();
+    let (st, v) = send(etag.clone(), "second").await;
+    assert_eq!(st, 412, "{v}");
+    assert_eq!(v["error"]["code"], "precondition_failed", "{v}");
+    let (_, now_etag, _, _) = read("yaml").await;
+    assert_eq!(v["etag"].as_str(), now_etag.as_deref(), "{v}");
+    assert_eq!(s.state(), before, "the refused write changed nothing");
+    assert!(
+        s.file("GOOD_ECHO.yaml")
+            .unwrap()
+            .contains("category: first")
+    );
+    // With the current ETag it lands; `*` matches any version that exists.
+    let (st, v) = send(now_etag.clone().unwrap(), "second").await;
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = send("*".into(), "third").await;
+    assert_eq!(st, 201, "{v}");
+
+    // Unknown keys, bad keys and the field list.
+    let (st, _, _, text) = {
+        let res = s
+            .client
+            .get(format!("{}/api/directory/NO_SUCH_ROW", s.url))
+            .send()
+            .await
+            .expect("response");
+        (res.status().as_u16(), (), (), res.text().await.unwrap())
+    };
+    assert_eq!(st, 404, "{text}");
+    let (st, text) = s.get("/api/directory").await;
+    assert_eq!(st, 200, "{text}");
+    let list: Json = serde_json::from_str(&text).expect("json");
+    let content = list["fields"]
+        .as_array()
+        .expect("fields")
+        .iter()
+        .find(|f| f["name"] == "content")
+        .expect("content");
+    assert_eq!(content["required"], true);
+    assert_eq!(content["writable"], true);
+    assert!(list["schema"]["properties"].is_object());
+}

@@ -22,6 +22,109 @@ pub(super) struct WriteQuery {
     replaced_by: Option<String>,
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReadQuery {
+    /// `yaml` (the file as stored, the default) or `json` (its fields, with the file).
+    format: Option<String>,
+}
+
+/// `GET /api/directory/KEY`: the row as stored at the catalogue's HEAD, with the commit it came
+/// from and its ETag, which a write sends back as `If-Match`. Rows are public, as the
+/// catalogue is: no credential is needed to read one.
+pub(super) async fn get_row(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    query: Result<Query<ReadQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = query.map(|Query(q)| q).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            e.body_text(),
+            "use ?format=yaml or ?format=json",
+        )
+    })?;
+    let Some(writer) = state.writer() else {
+        return Err(WriteError::Off.into());
+    };
+    let stored = writer.read(&key).await?;
+    let mut response = match q.format.as_deref() {
+        None | Some("yaml") => (
+            [(header::CONTENT_TYPE, "application/yaml; charset=utf-8")],
+            stored.text.clone(),
+        )
+            .into_response(),
+        Some("json") => {
+            let fields: serde_json::Value = serde_yaml::from_slice(&stored.text)
+                .map_err(|e| ApiError::internal("the stored row is not YAML", e.into()))?;
+            axum::Json(json!({
+                "key": stored.key,
+                "path": stored.path,
+                "commit": stored.commit,
+                "etag": stored.etag,
+                "row": fields,
+                "yaml": String::from_utf8_lossy(&stored.text),
+            }))
+            .into_response()
+        }
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_format",
+                format!("format `{other}` is not offered"),
+                "use ?format=yaml or ?format=json",
+            ));
+        }
+    };
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&stored.etag) {
+        h.insert(header::ETAG, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&stored.commit) {
+        h.insert("x-capdir-commit", v);
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}
+
+/// `GET /api/directory`: the fields a row has, from the row schema: their names, types,
+/// defaults, which a write may set, and the schema itself.
+pub(super) async fn fields() -> Response {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../schema/row.schema.json")).unwrap_or_default();
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let fields: Vec<serde_json::Value> = schema["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .iter()
+                .map(|(name, p)| {
+                    json!({
+                        "name": name,
+                        "type": p.get("type").cloned().unwrap_or(json!("any")),
+                        "default": p.get("default"),
+                        "required": required.contains(&name.as_str()),
+                        // The key is the path's; every other field is the body's to set.
+                        "writable": name != "key",
+                        "description": p.get("description"),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    axum::Json(json!({
+        "fields": fields,
+        "read": "GET /api/directory/KEY (?format=yaml|json): the row as stored, with its ETag",
+        "write": "PUT (the whole row) or PATCH (the fields sent) /api/directory/KEY with If-Match: ETAG; DELETE removes it",
+        "schema": schema,
+    }))
+    .into_response()
+}
+
 pub(super) async fn put(
     state: State<AppState>,
     key: Path<String>,
@@ -134,6 +237,10 @@ async fn run(
                 key,
                 op,
                 message: message.filter(|m| !m.is_empty()),
+                if_match: headers
+                    .get(header::IF_MATCH)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
             },
         )
         .await?;
@@ -198,6 +305,7 @@ impl From<WriteError> for ApiError {
         use crate::write::BodyError;
         let status = match &e {
             WriteError::Off => StatusCode::FORBIDDEN,
+            WriteError::Precondition { .. } => StatusCode::PRECONDITION_FAILED,
             WriteError::Denied(d) => super::error::denied_status(d),
             WriteError::Token { reason, .. } => super::error::reason_status(*reason),
             WriteError::BadKey { .. } | WriteError::Body(_) | WriteError::BadMessage(_) => {
@@ -229,6 +337,7 @@ impl From<WriteError> for ApiError {
                 api = api.with("did_you_mean", json!(did_you_mean));
             }
             WriteError::NotLive { commit } => api = api.with("commit", json!(commit)),
+            WriteError::Precondition { current, .. } => api = api.with("etag", json!(current)),
             WriteError::PushFailed { branch } => api = api.with("branch", json!(branch)),
             WriteError::Unavailable { .. } => api = api.retry_after(5),
             _ => {}

@@ -32,7 +32,7 @@ use crate::ledger::Ledger;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, header};
-use axum::routing::{MethodRouter, get, post, put};
+use axum::routing::{MethodRouter, get, post};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -216,7 +216,7 @@ fn table() -> [(
     &'static str,
     &'static [&'static str],
     MethodRouter<AppState>,
-); 13] {
+); 14] {
     [
         (
             "/api/dispatch",
@@ -231,11 +231,13 @@ fn table() -> [(
         ("/api/route", &["post"], post(api::route_post)),
         (
             "/api/directory/{key}",
-            &["put", "patch", "delete"],
-            put(directory::put)
+            &["get", "put", "patch", "delete"],
+            get(directory::get_row)
+                .put(directory::put)
                 .patch(directory::patch)
                 .delete(directory::delete),
         ),
+        ("/api/directory", &["get"], get(directory::fields)),
         ("/metrics", &["get"], get(api::metrics)),
         (
             "/mcp",

@@ -173,6 +173,41 @@ pub struct Request {
     pub op: Op,
     /// The commit message; generated when none.
     pub message: Option<String>,
+    /// `If-Match`: the ETag of the version the change was made to (`*`: any version that
+    /// exists); none writes whatever is there.
+    pub if_match: Option<String>,
+}
+
+/// A row as stored: its file at the catalogue's HEAD.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub key: String,
+    /// The file's path in the repository.
+    pub path: String,
+    pub commit: String,
+    /// `"sha256:…"` of the file's bytes, quoted as an HTTP entity tag.
+    pub etag: String,
+    pub text: Vec<u8>,
+}
+
+/// The ETag of a row file's bytes.
+pub fn etag_of(bytes: &[u8]) -> String {
+    format!(
+        "\"{}\"",
+        &ledger::sha256_hex(&String::from_utf8_lossy(bytes))[..32]
+    )
+}
+
+/// Whether `if_match` (an `If-Match` value: `*`, or entity tags separated by commas) holds for
+/// a row whose current ETag is `current` (none: no file).
+pub fn if_match_holds(if_match: &str, current: Option<&str>) -> bool {
+    let Some(current) = current else {
+        return false;
+    };
+    if_match
+        .split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag.trim_start_matches("W/") == current)
 }
 
 /// A write done.
@@ -245,6 +280,13 @@ pub enum WriteError {
     Unavailable {
         what: &'static str,
     },
+    /// `If-Match` named another version of the row than the one at HEAD: someone changed it
+    /// since it was read; nothing was written.
+    Precondition {
+        key: String,
+        /// The row's ETag now; none when it has no file.
+        current: Option<String>,
+    },
 }
 
 impl WriteError {
@@ -257,6 +299,7 @@ impl WriteError {
     pub fn code(&self) -> &'static str {
         match self {
             WriteError::Off => "writes_off",
+            WriteError::Precondition { .. } => "precondition_failed",
             WriteError::Denied(d) => d.code(),
             WriteError::Token { reason, .. } => reason.as_str(),
             WriteError::BadKey { .. } => "bad_key",
@@ -277,6 +320,14 @@ impl WriteError {
     pub fn message(&self) -> String {
         match self {
             WriteError::Off => "this dispatcher takes no writes".into(),
+            WriteError::Precondition { key, current } => format!(
+                "{key} changed since it was read: If-Match names another version than {}",
+                current
+                    .as_deref()
+                    .map_or("none (the row has no file)".to_string(), |c| format!(
+                        "the current {c}"
+                    ))
+            ),
             WriteError::Denied(d) => d.message().to_string(),
             WriteError::Token { message, .. } => message.clone(),
             WriteError::BadKey { key } => format!("`{key}` is not a valid key"),
@@ -328,6 +379,9 @@ impl WriteError {
     /// What the caller can do about it.
     pub fn how_to_fix(&self) -> String {
         match self {
+            WriteError::Precondition { .. } => {
+                "read the row again (GET /api/directory/KEY), apply your change to it, and send it with its new ETag".into()
+            }
             WriteError::Off => "start the dispatcher with --catalogue DIR --write direct|propose".into(),
             WriteError::Denied(d) => d.how_to_fix().to_string(),
             WriteError::Token { reason, .. } => match reason {
@@ -455,6 +509,58 @@ impl Writer {
     /// A receiver that changes each time the listing pages have been written after writes.
     pub fn subscribe_pages(&self) -> tokio::sync::watch::Receiver<u64> {
         self.pages_done.subscribe()
+    }
+
+    /// The row `key` as stored at the catalogue's HEAD, with its ETag (what `If-Match` takes).
+    pub async fn read(self: &Arc<Self>, key: &str) -> Result<Stored, WriteError> {
+        if !crate::row::is_valid_key(key) {
+            return Err(WriteError::BadKey {
+                key: key.to_string(),
+            });
+        }
+        let this = self.clone();
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || this.read_blocking(&key))
+            .await
+            .map_err(|e| WriteError::unavailable("the read panicked", e))?
+    }
+
+    fn read_blocking(&self, key: &str) -> Result<Stored, WriteError> {
+        let head = self
+            .catalogue
+            .head()
+            .map_err(|e| WriteError::unavailable("the catalogue's HEAD cannot be read", e))?;
+        let live = self.dispatcher.live();
+        let name = live
+            .invoker
+            .rows()
+            .get(key)
+            .and_then(|c| {
+                c.row
+                    .path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| format!("{key}.yaml"));
+        let path = self.catalogue.path_of(&name);
+        let found = self
+            .catalogue
+            .file_at(&head, &path)
+            .map_err(|e| WriteError::unavailable("the row cannot be read from Git", e))?;
+        let Some((_, text)) = found else {
+            return Err(WriteError::UnknownKey {
+                key: key.to_string(),
+                did_you_mean: live.invoker.rows().did_you_mean(key),
+            });
+        };
+        Ok(Stored {
+            key: key.to_string(),
+            path,
+            commit: head.commit.to_string(),
+            etag: etag_of(&text),
+            text,
+        })
     }
 
     /// Do one write for `caller`: see the module's comment for the order of its steps.
@@ -681,6 +787,15 @@ impl Writer {
             .catalogue
             .file_at(&head, &path)
             .map_err(|e| WriteError::unavailable("the row cannot be read from Git", e))?;
+        if let Some(want) = &request.if_match {
+            let current = at_head.as_ref().map(|(_, b)| etag_of(b));
+            if !if_match_holds(want, current.as_deref()) {
+                return Err(WriteError::Precondition {
+                    key: key.to_string(),
+                    current,
+                });
+            }
+        }
         if old.is_none() && !matches!(request.op, Op::Put { .. }) {
             return Err(WriteError::UnknownKey {
                 key: key.to_string(),
