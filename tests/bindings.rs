@@ -692,6 +692,7 @@ fn write_token(write: &[&str], credentials: &[&str]) -> String {
         max_payload: None,
         credentials: credentials.iter().map(|c| c.to_string()).collect(),
         watch: Default::default(),
+        parent: None,
     };
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }

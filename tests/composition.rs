@@ -147,6 +147,7 @@ fn token(keys: &[&str], risk: Risk, pin: Option<String>) -> String {
         max_payload: None,
         credentials: vec![],
         watch: Default::default(),
+        parent: None,
     };
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }

@@ -146,6 +146,7 @@ fn claims(keys: &[&str], risk: Risk, exp_in: i64) -> Claims {
         max_payload: None,
         credentials: vec![],
         watch: Default::default(),
+        parent: None,
     }
 }
 

@@ -415,6 +415,7 @@ fn claims(id: &str) -> Claims {
         max_payload: None,
         credentials: vec![],
         watch: Default::default(),
+        parent: None,
     }
 }
 

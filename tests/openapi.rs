@@ -203,6 +203,7 @@ async fn the_document_describes_every_route_and_answer() {
         max_payload: Some(8),
         credentials: vec![],
         watch: Default::default(),
+        parent: None,
     };
     let tok = TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims);
 

@@ -44,6 +44,7 @@ mod server;
 mod server_crash;
 mod static_files;
 mod tokens;
+mod url_agent;
 mod watcher;
 mod watcher_page;
 mod write_api;

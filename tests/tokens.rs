@@ -188,6 +188,7 @@ fn claims(keys: &[&str]) -> Claims {
         max_payload: None,
         credentials: vec![],
         watch: Default::default(),
+        parent: None,
     }
 }
 

@@ -223,6 +223,7 @@ fn token(write: &[&str], keys: &[&str]) -> String {
         max_payload: None,
         credentials: vec![],
         watch: Default::default(),
+        parent: None,
     };
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }

@@ -29,7 +29,12 @@ impl Caller {
         match self {
             Caller::Anonymous => "anonymous".into(),
             Caller::Owner => "owner".into(),
-            Caller::Token(c) => format!("token:{}", c.id),
+            // A share is receipted as the caller it was derived from.
+            Caller::Token(c) => match c.parent.as_deref() {
+                Some(crate::access::token::OWNER_PARENT) => "owner".into(),
+                Some(parent) => format!("token:{parent}"),
+                None => format!("token:{}", c.id),
+            },
         }
     }
 
@@ -260,6 +265,7 @@ mod tests {
             max_payload: None,
             credentials: vec![],
             watch: Default::default(),
+            parent: None,
         }))
     }
 

@@ -101,9 +101,80 @@ pub struct Claims {
     /// Whether a person approves its calls, whether it may approve others', and its limits.
     #[serde(default, skip_serializing_if = "Watch::is_empty")]
     pub watch: Watch,
+    /// A share token's caller: the token it was derived from (`tok_…`), or `owner`. A share
+    /// is revoked with that token, counts against its limits and is receipted as it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
+/// The `parent` of a share derived from the owner key.
+pub const OWNER_PARENT: &str = "owner";
+
+/// How long a share token derived for a link lives, at most.
+pub const SHARE_TTL_SECS: i64 = 600;
+
 impl Claims {
+    /// The token whose limits and revocation this one answers to: its parent's, for a share
+    /// of a token; its own otherwise (a share of the owner key has no such token).
+    pub fn accountable_id(&self) -> &str {
+        match self.parent.as_deref() {
+            Some(p) if p != OWNER_PARENT => p,
+            _ => &self.id,
+        }
+    }
+
+    /// Whether the token covers the row `key` of `category` (its keys or categories).
+    pub fn covers(&self, key: &str, category: &str) -> bool {
+        self.keys.iter().any(|k| k == key)
+            || (!category.is_empty() && self.categories.iter().any(|c| c == category))
+    }
+
+    /// A share of this token for one row: at most ten minutes (never past this token), risk
+    /// low (a sensitive call through a link waits for a person), the row alone, `body` as its
+    /// only body when given, this token's pin, payload ceiling and limits, and none of its
+    /// writes or approvals.
+    pub fn share(&self, key: &str, body: Option<&str>, now: i64) -> Claims {
+        Claims {
+            id: new_id(),
+            iat: now,
+            exp: self.exp.min(now + SHARE_TTL_SECS),
+            aud: self.aud.clone(),
+            keys: vec![key.to_string()],
+            categories: Vec::new(),
+            write: Vec::new(),
+            risk: Risk::Low,
+            pin: self.pin.clone(),
+            body: body.map(str::to_string).or_else(|| self.body.clone()),
+            max_payload: self.max_payload,
+            credentials: Vec::new(),
+            watch: Watch {
+                approver: false,
+                ..self.watch.clone()
+            },
+            parent: Some(self.parent.clone().unwrap_or_else(|| self.id.clone())),
+        }
+    }
+
+    /// A share of the owner key for one row (see `share`).
+    pub fn owner_share(aud: &str, key: &str, body: Option<&str>, now: i64) -> Claims {
+        Claims {
+            id: new_id(),
+            iat: now,
+            exp: now + SHARE_TTL_SECS,
+            aud: aud.to_string(),
+            keys: vec![key.to_string()],
+            categories: Vec::new(),
+            write: Vec::new(),
+            risk: Risk::Low,
+            pin: None,
+            body: body.map(str::to_string),
+            max_payload: None,
+            credentials: Vec::new(),
+            watch: Watch::default(),
+            parent: Some(OWNER_PARENT.to_string()),
+        }
+    }
+
     /// The scope as one line: `KEY_A, KEY_B, category:x, write:KEY_C, write:category:y`.
     pub fn scope_text(&self) -> String {
         self.keys
@@ -411,8 +482,7 @@ pub fn check_call_approved(
     input: Option<&str>,
     approved: bool,
 ) -> Result<(), Refusal> {
-    let in_scope = claims.keys.iter().any(|k| k == target.key)
-        || (!target.category.is_empty() && claims.categories.iter().any(|c| c == target.category));
+    let in_scope = claims.covers(target.key, target.category);
     if !in_scope {
         return refuse(
             Reason::Scope,
@@ -613,6 +683,7 @@ mod tests {
             max_payload: None,
             credentials: vec![],
             watch: Watch::default(),
+            parent: None,
         }
     }
 

@@ -16,6 +16,7 @@ mod mcp;
 mod new;
 mod route;
 mod serve;
+mod share;
 pub mod token;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +58,8 @@ enum Command {
     Route(route::Args),
     /// Mint, revoke and list capability tokens.
     Token(token::Args),
+    /// Print one starting URL for a model that can only fetch URLs (a share token in it).
+    Share(share::Args),
     /// The calls waiting for a person's approval on a running dispatcher: list, show,
     /// approve, deny.
     Approvals(approvals::Args),
@@ -81,6 +84,7 @@ pub fn run() -> ExitCode {
         Command::Mcp(a) => mcp::run(a),
         Command::Route(a) => route::run(a),
         Command::Token(a) => token::run(a),
+        Command::Share(a) => share::run(a),
         Command::Approvals(a) => approvals::run(a),
         Command::Ledger(a) => ledger::run(a),
         Command::Breaker(a) => breaker::run(a),

@@ -308,6 +308,7 @@ pub async fn mint(
         max_payload: req.max_payload,
         credentials,
         watch,
+        parent: None,
     };
     let token = key.sign(&claims);
     ledger.record_token(&claims).await?;

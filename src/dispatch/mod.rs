@@ -395,7 +395,7 @@ impl Dispatcher {
         body_limit: usize,
     ) -> Result<Affordances, DispatchError> {
         let revoked = match caller {
-            Caller::Token(claims) => self.revoked(&claims.id).await?,
+            Caller::Token(claims) => self.revoked(claims).await?,
             _ => false,
         };
         let here = Here {
@@ -420,7 +420,7 @@ impl Dispatcher {
         &self,
         claims: &token::Claims,
     ) -> Result<Option<token::Refusal>, DispatchError> {
-        if self.revoked(&claims.id).await? {
+        if self.revoked(claims).await? {
             return Ok(Some(token::Refusal {
                 reason: Reason::Revoked,
                 message: format!("token {} was revoked", claims.id),
@@ -429,11 +429,43 @@ impl Dispatcher {
         Ok(token::check_holder(claims, chrono::Utc::now().timestamp(), &self.audience).err())
     }
 
-    async fn revoked(&self, id: &str) -> Result<bool, DispatchError> {
-        self.ledger
-            .is_revoked(id)
-            .await
-            .map_err(|e| DispatchError::unavailable("the revocation list could not be read", e))
+    /// Whether the token, or the token a share of it was derived from, was revoked.
+    async fn revoked(&self, claims: &token::Claims) -> Result<bool, DispatchError> {
+        let read = |id: String| async move {
+            self.ledger
+                .is_revoked(&id)
+                .await
+                .map_err(|e| DispatchError::unavailable("the revocation list could not be read", e))
+        };
+        if read(claims.id.clone()).await? {
+            return Ok(true);
+        }
+        match claims.accountable_id() {
+            parent if parent != claims.id => read(parent.to_string()).await,
+            _ => Ok(false),
+        }
+    }
+
+    /// A share token for one row, derived from `caller`, for the links of an answer: none
+    /// for anonymous callers, for a token that does not cover the row, or when this
+    /// dispatcher signs no tokens. `body` becomes the share's only body (a run-now link of an
+    /// example).
+    pub fn share_token(
+        &self,
+        caller: &Caller,
+        key: &str,
+        category: &str,
+        body: Option<&str>,
+    ) -> Option<String> {
+        let signer = self.keys.token.as_ref()?;
+        let now = chrono::Utc::now().timestamp();
+        let claims = match caller {
+            Caller::Anonymous => return None,
+            Caller::Owner => token::Claims::owner_share(&self.audience, key, body, now),
+            Caller::Token(c) if c.covers(key, category) && c.exp > now => c.share(key, body, now),
+            Caller::Token(_) => return None,
+        };
+        Some(signer.sign(&claims))
     }
 
     /// Run one invocation for `caller`: the gate, the runner, the receipt (durable before this
@@ -487,8 +519,8 @@ impl Dispatcher {
             input: sent_input.as_deref().unwrap_or_default(),
         };
         if let Caller::Token(claims) = caller {
-            if self.revoked(&claims.id).await? {
-                let message = format!("token {} was revoked", claims.id);
+            if self.revoked(claims).await? {
+                let message = format!("token {} was revoked", claims.accountable_id());
                 return Err(gate.refuse(None, Reason::Revoked, message).await);
             }
             if let Err(r) =

@@ -342,8 +342,7 @@ impl Dispatcher {
     }
 
     async fn may_read(&self, caller: &Caller, a: &Approval) -> bool {
-        caller.actor() == format!("token:{}", a.pending.caller.id)
-            || self.check_approver(caller).await.is_ok()
+        caller.actor() == requester(&a.pending) || self.check_approver(caller).await.is_ok()
     }
 
     async fn find_approval(&self, id: &str, now: i64) -> Result<Approval, DispatchError> {
@@ -380,7 +379,7 @@ impl Dispatcher {
             arguments,
             input: secrets::redact(&p.input, &self.secrets),
             args_sha256: p.args_sha256.clone(),
-            caller: format!("token:{}", p.caller.id),
+            caller: requester(p),
             fingerprint: p.fingerprint.clone(),
             contract_current: callable.is_some_and(|c| c.fingerprint == p.fingerprint),
             needs: p.needs.clone(),
@@ -407,7 +406,7 @@ impl Dispatcher {
         let now = chrono::Utc::now().timestamp();
         let found = self.find_approval(id, now).await?;
         let p = &found.pending;
-        if decider.actor() == format!("token:{}", p.caller.id) {
+        if decider.actor() == requester(p) {
             return Err(ApprovalRefusal::refuse(
                 "self_approval",
                 format!(
@@ -470,7 +469,7 @@ impl Dispatcher {
             "{}:{id}: {} for {}{}",
             if approve { APPROVED } else { DENIED },
             decider.actor(),
-            format_args!("token:{}", p.caller.id),
+            requester(p),
             note.as_deref()
                 .map(|n| format!(": {n}"))
                 .unwrap_or_default()
@@ -556,7 +555,7 @@ impl Dispatcher {
         );
         let over = self
             .ledger
-            .charge(&claims.id, &counters, now)
+            .charge(claims.accountable_id(), &counters, now)
             .await
             .map_err(|e| DispatchError::unavailable("the token's counters could not be read", e))?;
         let Some((i, count)) = over else {
@@ -604,6 +603,11 @@ impl Dispatcher {
             tracing::error!(error = %format!("{e:#}"), token = %claims.id, "the token's counters could not be charged");
         }
     }
+}
+
+/// Who asked for the call, as receipts name callers (a share as the caller it came from).
+fn requester(p: &Pending) -> String {
+    Caller::Token(Box::new(p.caller.clone())).actor()
 }
 
 /// Refused when the approval is no longer pending.

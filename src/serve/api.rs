@@ -130,7 +130,19 @@ pub(super) async fn dispatch_get(
             &state.inner.base,
         )
         .map_err(|e| ApiError::internal("search failed", e))?;
-        return Ok(axum::Json(answer).into_response());
+        // Asked with a credential (a share link, or a header that holds): the answer's links
+        // carry shares of it. A credential that does not hold asks as anyone does.
+        let caller = get_caller(&state, &headers, q.share.as_deref()).unwrap_or(Caller::Anonymous);
+        if caller == Caller::Anonymous {
+            return Ok(axum::Json(answer).into_response());
+        }
+        let text = serde_json::to_string(&answer)
+            .map_err(|e| ApiError::internal("the answer is not JSON", e.into()))?;
+        return Ok((
+            [(header::CONTENT_TYPE, "application/json")],
+            super::share::with_shares(&state, &caller, &text),
+        )
+            .into_response());
     }
     if let Some(key) = q.key {
         let caller = get_caller(&state, &headers, q.share.as_deref())?;
@@ -251,11 +263,21 @@ async fn contract(
         if let Some(obj) = doc.as_object_mut() {
             obj.insert("affordances".into(), json!(affordances));
         }
-        return Ok(axum::Json(doc).into_response());
+        let text = super::share::with_shares(state, caller, &doc.to_string());
+        return Ok(([(header::CONTENT_TYPE, content_type)], text).into_response());
     }
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     text.push_str(&affordances.markdown());
-    Ok(([(header::CONTENT_TYPE, content_type)], text).into_response())
+    let text = super::share::with_shares(state, caller, &text);
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type),
+            // A contract with share tokens in it is this caller's: not for shared caches.
+            (header::CACHE_CONTROL, "private, no-store"),
+        ],
+        text,
+    )
+        .into_response())
 }
 
 /// A request without a credential counted against its address's keyless allowance: 429 with

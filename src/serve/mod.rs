@@ -19,6 +19,7 @@ pub mod listen;
 pub mod mcp;
 pub mod openapi;
 mod receipt;
+mod share;
 
 pub use api::MAX_ASK_LIMIT;
 pub use error::{ApiError, ErrorBody};

@@ -535,6 +535,7 @@ pub fn claims_for(aud: &str, keys: &[&str]) -> capdir::access::token::Claims {
         max_payload: None,
         credentials: vec![],
         watch: Default::default(),
+        parent: None,
     }
 }
 
