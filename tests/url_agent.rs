@@ -23,6 +23,9 @@ struct Dispatcher {
     child: Child,
     base: String,
     dir: tempfile::TempDir,
+    /// `--ledger`: SQLite in `dir`, or a PostgreSQL database.
+    ledger: String,
+    _db: Option<common::PgDatabase>,
 }
 
 impl Drop for Dispatcher {
@@ -32,8 +35,9 @@ impl Drop for Dispatcher {
     }
 }
 
-/// A catalogue of two rows built for the dispatcher's own address, and the dispatcher.
-async fn start() -> Dispatcher {
+/// A catalogue of two rows built for the dispatcher's own address, and the dispatcher, on
+/// SQLite or on a PostgreSQL database of its own.
+async fn start(db: Option<common::PgDatabase>) -> Dispatcher {
     let repo = Repo::new();
     repo.write(
         "HASH_TEXT.yaml",
@@ -62,6 +66,10 @@ async fn start() -> Dispatcher {
         ..capdir::build::Options::new(repo.catalogue(), dir.path().join("site"))
     })
     .expect("build");
+    let ledger = match &db {
+        Some(db) => db.url.clone(),
+        None => format!("sqlite:{}", dir.path().join("ledger.sqlite").display()),
+    };
     let log = std::fs::File::create(dir.path().join("serve.log")).expect("log");
     let mut child = Command::new(BIN)
         .args(["serve", "--site"])
@@ -82,7 +90,13 @@ async fn start() -> Dispatcher {
         .expect("spawn capdir serve");
     common::wait_ready(&common::client(), port, &mut child).await;
     drop(repo);
-    Dispatcher { child, base, dir }
+    Dispatcher {
+        child,
+        base,
+        dir,
+        ledger,
+        _db: db,
+    }
 }
 
 /// `capdir share …` for the dispatcher: the starting URL it prints.
@@ -157,7 +171,19 @@ fn share_id(url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_url_only_agent_gets_from_one_share_url_to_a_confirmed_receipt() {
-    let d = start().await;
+    the_loop(start(None).await).await;
+}
+
+/// The same loop with the ledger (receipts, the token record, revocations) on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_on_a_postgresql_ledger() {
+    let Some(db) = common::pg_database().await else {
+        return;
+    };
+    the_loop(start(Some(db)).await).await;
+}
+
+async fn the_loop(d: Dispatcher) {
     let start_url = share(&d, &["--keys", "HASH_TEXT", "--ttl", "10m"]);
     assert!(start_url.ends_with("&ask="), "{start_url}");
     let root_id = share_id(&start_url);
@@ -205,14 +231,15 @@ async fn a_url_only_agent_gets_from_one_share_url_to_a_confirmed_receipt() {
     assert_eq!(confirmed["confirmed"], true);
     assert_eq!(confirmed["receipt"], ran["receipt"]);
     // Receipted as the caller the share came from, not as the link's own token.
-    let receipt = capdir::ledger::get(
-        &d.dir.path().join("ledger.sqlite"),
-        ran["receipt"].as_str().unwrap(),
-    )
-    .expect("read")
-    .expect("receipt");
-    assert_eq!(receipt.draft.actor, format!("token:{root_id}"));
-    assert!(!receipt.draft.input.contains("cdt1."));
+    let r = common::client()
+        .get(ran["proof"]["receipt_url"].as_str().expect("receipt url"))
+        .header("x-owner-key", OWNER)
+        .send()
+        .await
+        .expect("receipt");
+    let receipt: Json = r.json().await.expect("json");
+    assert_eq!(receipt["actor"], format!("token:{root_id}"), "{receipt}");
+    assert!(!receipt["input"].as_str().unwrap().contains("cdt1."));
 
     // Refused, each with its reason: a row without a share, another row with this share, another body.
     let (st, text) = fetch(shout_link).await;
@@ -263,7 +290,7 @@ async fn a_url_only_agent_gets_from_one_share_url_to_a_confirmed_receipt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_share_url_past_its_expiry_runs_nothing() {
-    let d = start().await;
+    let d = start(None).await;
     let start_url = share(&d, &["--keys", "HASH_TEXT", "--ttl", "2s"]);
     let (_, text) = fetch(&format!("{start_url}hash+a+text")).await;
     let (_, contract) = fetch(json(&text)["best"]["contract_url"].as_str().unwrap()).await;
