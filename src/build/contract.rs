@@ -240,30 +240,55 @@ fn arguments(schema: Option<&Json>) -> Vec<Argument> {
         .collect()
 }
 
-fn troubleshooting(row: &Row) -> Vec<String> {
-    let mut t: Vec<String> = vec![
-        "`missing_args`: send at least as many `|`-separated pieces as the ARGS line names.".into(),
-    ];
+/// Where a caller acts on a troubleshooting item: the contract to read again, the POST that
+/// repairs a call (with a dispatcher), the example to run again.
+struct Acts<'a> {
+    contract: &'a str,
+    repair: Option<&'a str>,
+    retry: &'a str,
+}
+
+impl Acts<'_> {
+    fn repair(&self) -> String {
+        match self.repair {
+            Some(url) => format!("repair: `POST {url}` with `repairs`"),
+            None => "repair with `repairs`".into(),
+        }
+    }
+}
+
+fn troubleshooting(row: &Row, act: &Acts) -> Vec<String> {
+    let mut t: Vec<String> = vec![format!(
+        "`missing_args`: send as many `|`-separated pieces as ARGS names ({}); {}.",
+        act.contract,
+        act.repair()
+    )];
     match row.kind {
         RowType::Http if row.is_mcp() => {
-            t.push("`ERR:mcp:tool_error:`: the tool ran and reported an error; its text says why (often the arguments).".into());
-            t.push("`ERR:mcp:timeout:`, `ERR:mcp:closed:`, `ERR:mcp:spawn:`, `ERR:mcp:connect:`: the MCP server did not answer in time, exited, could not be started or reached; retry later or tell the operator.".into());
+            t.push(format!("`ERR:mcp:tool_error:`: the tool ran and reported an error; its text says why (often the arguments); {}.", act.repair()));
+            t.push(format!("`ERR:mcp:timeout:`, `ERR:mcp:closed:`, `ERR:mcp:spawn:`, `ERR:mcp:connect:`: the MCP server did not answer in time, exited, could not be started or reached; retry later ({}) or tell the operator.", act.retry));
             t.push("`ERR:mcp:rpc:`: the server refused the request (a JSON-RPC error, e.g. an unknown tool): the row may be out of date; re-import the server.".into());
         }
         RowType::Fn => t.push(format!(
-            "`ERR:fn:{}:…`: the builtin refused its input; check each argument against ARGS.",
-            row.target.trim()
+            "`ERR:fn:{}:…`: the builtin refused its input; check it against ARGS; {}.",
+            row.target.trim(),
+            act.repair()
         )),
         RowType::Http => {
-            t.push("`ERR:http:<status>:`: the remote answered an error; 4xx means the arguments or credential, 5xx the service.".into());
-            t.push("`ERR:http:fetch:`: the remote could not be reached or timed out; retry later.".into());
+            t.push(format!("`ERR:http:<status>:`: the remote answered an error; 4xx means the arguments or credential, 5xx the service; {}.", act.repair()));
+            t.push(format!("`ERR:http:fetch:`: the remote could not be reached or timed out; retry later ({}).", act.retry));
             if !row.auth.is_empty() {
                 t.push("`ERR:breaker_open:`: 8 consecutive 401/403 opened the credential's breaker for an hour; the operator must fix the credential.".into());
             }
         }
-        RowType::Agent => t.push("`ERR:http:` from the model provider: quota, model id or gateway configuration; the body is the user message.".into()),
-        RowType::Flow => t.push("A flow stops at the first step whose output starts `ERR:`; the error names that step.".into()),
+        RowType::Agent => t.push(format!("`ERR:http:` from the model provider: quota, model id or gateway configuration; the body is the user message; {}.", act.repair())),
+        RowType::Flow => t.push(format!("A flow stops at the first step whose output starts `ERR:`; the error names that step; {}.", act.repair())),
     }
+    t.push(format!(
+        "`RAN_NO_MATERIAL`: it ran and produced nothing; check the arguments ({}); {}.",
+        act.contract,
+        act.repair()
+    ));
     t
 }
 
@@ -283,6 +308,7 @@ impl Contract {
         let credential = Credential::parse(&row.auth).ok().flatten();
         let risk = if row.sensitive { "high" } else { "low" };
         let accepts = accepts(row);
+        let invoke_url = dispatcher.map(|d| format!("{d}/api/dispatch"));
         let may_invoke = accepts
             .iter()
             .map(|a| match a.credential {
@@ -336,7 +362,7 @@ impl Contract {
             fingerprint: fingerprint.to_string(),
             run_now_url: urls.run_now(&row.key, &ex),
             contract_url: urls.contract(&row.key),
-            invoke_url: dispatcher.map(|d| format!("{d}/api/dispatch")),
+            invoke_url: invoke_url.clone(),
             example_request: format!(r#"{{"key":"{}","body":{body_json}}}"#, row.key),
             example_tag: crate::row::route::example_tag(&row.key, &ex),
             receipt_url: dispatcher.map(|d| format!("{d}/receipt/inv_…")),
@@ -344,7 +370,18 @@ impl Contract {
             markdown_url: urls.site_file(&format!("k/{}.md", row.key)),
             may_invoke,
             accepts,
-            troubleshooting: troubleshooting(row),
+            troubleshooting: troubleshooting(
+                row,
+                &Acts {
+                    contract: &urls
+                        .contract(&row.key)
+                        .unwrap_or_else(|| format!("k/{}.md", row.key)),
+                    repair: invoke_url.as_deref(),
+                    retry: &urls
+                        .run_now(&row.key, &ex)
+                        .unwrap_or_else(|| "the run-now link of the dispatcher".into()),
+                },
+            ),
             created_at: history.last().map(|c| c.commit.date.clone()),
             updated_at: history.first().map(|c| c.commit.date.clone()),
             history: history.iter().map(|c| HistoryLine::new(c, urls)).collect(),
