@@ -127,7 +127,7 @@ proptest! {
             let template_url = reqwest::Url::parse(&target.url.replace('$', "")).expect("template");
             // A path an argument leads out of the credential's bound prefix (`..`) is refused
             // before anything is sent; anything else is prepared at the row's origin.
-            let p = match prepare(&Call { callable: c, args: &pieces, invoker: inv, context: &Default::default() }) {
+            let p = match prepare(&Call { callable: c, args: &pieces, invoker: inv, context: &Default::default() }, None) {
                 Ok(p) => p,
                 Err(f) => {
                     prop_assert_eq!(f.code.as_str(), "auth:origin_not_bound", "{}: {}", key, f.detail);

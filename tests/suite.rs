@@ -32,6 +32,7 @@ mod layout;
 mod ledger;
 mod mcp;
 mod mcp_sdk;
+mod oauth;
 mod openapi;
 mod readme;
 mod receipt_page;

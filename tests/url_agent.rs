@@ -75,11 +75,7 @@ async fn start(db: Option<common::PgDatabase>) -> Dispatcher {
         .args(["serve", "--site"])
         .arg(dir.path().join("site"))
         .args(["--addr", &format!("127.0.0.1:{port}")])
-        .arg("--ledger")
-        .arg(format!(
-            "sqlite:{}",
-            dir.path().join("ledger.sqlite").display()
-        ))
+        .args(["--ledger", &ledger])
         .arg("--data")
         .arg(dir.path().join("data"))
         .env("CAPDIR_OWNER_KEY", OWNER)
@@ -109,11 +105,7 @@ fn share(d: &Dispatcher, args: &[&str]) -> String {
         .arg(d.dir.path().join("site"))
         .arg("--data")
         .arg(d.dir.path().join("data"))
-        .arg("--ledger")
-        .arg(format!(
-            "sqlite:{}",
-            d.dir.path().join("ledger.sqlite").display()
-        ))
+        .args(["--ledger", &d.ledger])
         .env("CAPDIR_TOKEN_KEY", TOKEN_KEY)
         .stderr(Stdio::piped())
         .output()
@@ -260,11 +252,7 @@ async fn the_loop(d: Dispatcher) {
 
     // Revoking the share revokes every link derived from it.
     let out = Command::new(BIN)
-        .args(["token", "revoke", &root_id, "--ledger"])
-        .arg(format!(
-            "sqlite:{}",
-            d.dir.path().join("ledger.sqlite").display()
-        ))
+        .args(["token", "revoke", &root_id, "--ledger", &d.ledger])
         .output()
         .expect("revoke");
     assert!(out.status.success(), "{out:?}");
@@ -286,6 +274,13 @@ async fn the_loop(d: Dispatcher) {
     }
     let log = std::fs::read_to_string(d.dir.path().join("serve.log")).unwrap_or_default();
     assert!(!log.contains("cdt1."), "a token in the log:\n{log}");
+    // On PostgreSQL nothing of it went to a SQLite file.
+    assert_eq!(
+        d.dir.path().join("ledger.sqlite").exists(),
+        d.ledger.starts_with("sqlite:"),
+        "{}",
+        d.ledger
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -115,11 +115,19 @@ pub fn check_bindings(rows: &[&Row], bindings: &Bindings) -> Vec<Diagnostic> {
         let Some(destination) = destination_of(row) else {
             continue;
         };
+        // An `oauth:` credential's variables go to its token endpoint too, with POST.
+        let token_endpoint = match &credential {
+            Credential::OAuth(o) => url::Url::parse(&o.token_url).ok(),
+            _ => None,
+        };
         for env in credential.envs() {
             let judged = match &destination {
-                Destination::Http { origin, method } => {
-                    bindings.admit_origin(&env, origin, method, &row.key, &row.category)
-                }
+                Destination::Http { origin, method } => bindings
+                    .admit_origin(&env, origin, method, &row.key, &row.category)
+                    .and_then(|()| match &token_endpoint {
+                        Some(t) => bindings.admit_origin(&env, t, "POST", &row.key, &row.category),
+                        None => Ok(()),
+                    }),
                 Destination::Stdio => bindings.admit_stdio(&env, &row.key, &row.category),
                 Destination::Model => bindings
                     .binding_for(&env, &row.key, &row.category)

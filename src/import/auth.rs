@@ -11,10 +11,29 @@ use std::collections::BTreeMap;
 /// How one scheme is applied, or why it cannot be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scheme {
-    Bearer { env: String, oauth: bool },
-    Basic { env: String },
-    Header { name: String, env: String },
-    Query { param: String, env: String },
+    Bearer {
+        env: String,
+        oauth: bool,
+    },
+    /// An OAuth 2 scheme with a token endpoint: the client-credentials grant, or the
+    /// refresh-token grant for flows a person authorizes (authorization code, password).
+    OAuth {
+        token_url: String,
+        client_id: String,
+        client_secret: String,
+        refresh_token: Option<String>,
+    },
+    Basic {
+        env: String,
+    },
+    Header {
+        name: String,
+        env: String,
+    },
+    Query {
+        param: String,
+        env: String,
+    },
     Unmappable(String),
 }
 
@@ -60,6 +79,17 @@ impl Schemes {
                 },
                 Scheme::Basic { env } => Scheme::Basic {
                     env: distinct(env, name, &mut used),
+                },
+                Scheme::OAuth {
+                    token_url,
+                    client_id,
+                    client_secret,
+                    refresh_token,
+                } => Scheme::OAuth {
+                    token_url,
+                    client_id: distinct(client_id, name, &mut used),
+                    client_secret: distinct(client_secret, name, &mut used),
+                    refresh_token: refresh_token.map(|r| distinct(r, name, &mut used)),
                 },
                 Scheme::Header { name: h, env } => Scheme::Header {
                     name: h,
@@ -120,6 +150,26 @@ impl Schemes {
         }
         match schemes.as_slice() {
             [Scheme::Bearer { env, .. }] => Ok(format!("bearer:{env}")),
+            [
+                Scheme::OAuth {
+                    token_url,
+                    client_id,
+                    client_secret,
+                    refresh_token,
+                },
+            ] => {
+                let mut o = Map::new();
+                o.insert("token_url".into(), Json::String(token_url.clone()));
+                o.insert("client_id".into(), Json::String(format!("${client_id}")));
+                o.insert(
+                    "client_secret".into(),
+                    Json::String(format!("${client_secret}")),
+                );
+                if let Some(r) = refresh_token {
+                    o.insert("refresh_token".into(), Json::String(format!("${r}")));
+                }
+                Ok(format!("oauth:{}", Json::Object(o)))
+            }
             [Scheme::Basic { env }] => Ok(format!("basic:{env}")),
             [Scheme::Query { param, env }] => Ok(format!("query:{param}={env}")),
             several if several.iter().all(|s| matches!(s, Scheme::Header { .. })) => {
@@ -177,7 +227,20 @@ fn map_one(def: &Map<String, Json>, base: &str) -> Scheme {
         "basic" => Scheme::Basic {
             env: var("BASIC_AUTH"),
         },
-        "oauth2" | "openIdConnect" => Scheme::Bearer {
+        "oauth2" => match oauth_token_url(def) {
+            Some((token_url, person)) => Scheme::OAuth {
+                token_url,
+                client_id: var("CLIENT_ID"),
+                client_secret: var("CLIENT_SECRET"),
+                refresh_token: person.then(|| var("REFRESH_TOKEN")),
+            },
+            // No token endpoint (the implicit flow): an access token got elsewhere.
+            None => Scheme::Bearer {
+                env: var("TOKEN"),
+                oauth: true,
+            },
+        },
+        "openIdConnect" => Scheme::Bearer {
             env: var("TOKEN"),
             oauth: true,
         },
@@ -216,6 +279,46 @@ fn map_one(def: &Map<String, Json>, base: &str) -> Scheme {
     }
 }
 
+/// The token endpoint of an OAuth 2 scheme (an absolute http(s) URL), and whether its flow is
+/// one a person authorizes (so the row needs a refresh token): the client-credentials flow
+/// first, then authorization code and password. Swagger 2.0 (`flow`, `tokenUrl`) and OpenAPI
+/// 3 (`flows.*.tokenUrl`) alike.
+fn oauth_token_url(def: &Map<String, Json>) -> Option<(String, bool)> {
+    let absolute = |u: &str| {
+        url::Url::parse(u)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "https" | "http") && u.host_str().is_some())
+            .map(|_| u.to_string())
+    };
+    if let Some(flows) = def.get("flows").and_then(Json::as_object) {
+        for (flow, person) in [
+            ("clientCredentials", false),
+            ("authorizationCode", true),
+            ("password", true),
+        ] {
+            if let Some(u) = flows
+                .get(flow)
+                .and_then(|f| f.get("tokenUrl"))
+                .and_then(Json::as_str)
+                .and_then(absolute)
+            {
+                return Some((u, person));
+            }
+        }
+        return None;
+    }
+    let person = match def.get("flow").and_then(Json::as_str)? {
+        "application" => false,
+        "accessCode" | "password" => true,
+        _ => return None,
+    };
+    let u = def
+        .get("tokenUrl")
+        .and_then(Json::as_str)
+        .and_then(absolute)?;
+    Some((u, person))
+}
+
 impl Scheme {
     /// How the summary names it.
     pub fn describe(&self) -> String {
@@ -225,6 +328,18 @@ impl Scheme {
                 format!("bearer:{env} (OAuth 2 / OpenID: put an access token in {env})")
             }
             Scheme::Basic { env } => format!("basic:{env} (user:password)"),
+            Scheme::OAuth {
+                token_url,
+                client_id,
+                client_secret,
+                refresh_token,
+            } => format!(
+                "oauth: {client_id} and {client_secret}{} at {token_url}",
+                refresh_token
+                    .as_ref()
+                    .map(|r| format!(", refresh token {r}"))
+                    .unwrap_or_default()
+            ),
             Scheme::Header { name, env } => format!("header {name} from {env}"),
             Scheme::Query { param, env } => format!("query:{param}={env}"),
             Scheme::Unmappable(why) => format!("not mapped: {why}"),
@@ -247,6 +362,11 @@ mod tests {
             "key_query": {"type": "apiKey", "in": "query", "name": "apiKey"},
             "key_cookie": {"type": "apiKey", "in": "cookie", "name": "k"},
             "oauth": {"type": "oauth2", "flows": {}},
+            "machines": {"type": "oauth2", "flows": {"clientCredentials": {
+                "tokenUrl": "https://auth.shop.example/oauth/token", "scopes": {}}}},
+            "people": {"type": "oauth2", "flows": {"authorizationCode": {
+                "authorizationUrl": "https://auth.shop.example/authorize",
+                "tokenUrl": "https://auth.shop.example/oauth/token", "scopes": {}}}},
             "digest": {"type": "http", "scheme": "digest"}
         }}});
         let s = Schemes::read(&doc, Version::OpenApi30, "SHOP");
@@ -266,6 +386,30 @@ mod tests {
             auth(json!([{"oauth": ["write"]}])).0,
             "bearer:SHOP_TOKEN_OAUTH"
         );
+        // A token endpoint makes an `oauth:` credential: client credentials, or a refresh
+        // token for a flow a person authorized.
+        let machines = auth(json!([{"machines": []}])).0;
+        assert_eq!(
+            Credential::parse(&machines).unwrap(),
+            Some(Credential::OAuth(Box::new(crate::row::credential::OAuth {
+                token_url: "https://auth.shop.example/oauth/token".into(),
+                client_id: "SHOP_CLIENT_ID".into(),
+                client_secret: "SHOP_CLIENT_SECRET".into(),
+                refresh_token: None,
+                scope: None,
+            })))
+        );
+        let people = auth(json!([{"people": []}])).0;
+        match Credential::parse(&people).unwrap() {
+            Some(Credential::OAuth(o)) => {
+                assert_eq!(o.refresh_token.as_deref(), Some("SHOP_REFRESH_TOKEN"));
+                assert_eq!(
+                    o.client_id, "SHOP_CLIENT_ID_PEOPLE",
+                    "told apart from machines'"
+                );
+            }
+            other => panic!("{people}: {other:?}"),
+        }
         // The first alternative that maps wins; `{}` means none is needed.
         assert_eq!(
             auth(json!([{"key_cookie": []}, {"basic": []}])).0,

@@ -53,12 +53,21 @@ pub fn uses(auth: &str, origin: &str, key: &str, category: &str) -> Vec<Use> {
     };
     let mut envs = credential.envs();
     envs.dedup();
-    envs.into_iter()
-        .map(|env| Use {
-            env,
-            origin: origin.to_string(),
-            key: key.to_string(),
-            category: category.to_string(),
+    // An `oauth:` credential's variables go to its token endpoint too.
+    let mut origins = vec![origin.to_string()];
+    if let Credential::OAuth(o) = &credential
+        && let Some(endpoint) = endpoint_origin(&o.token_url)
+    {
+        origins.push(endpoint);
+    }
+    envs.iter()
+        .flat_map(|env| {
+            origins.iter().map(move |origin| Use {
+                env: env.clone(),
+                origin: origin.clone(),
+                key: key.to_string(),
+                category: category.to_string(),
+            })
         })
         .collect()
 }

@@ -22,6 +22,25 @@ pub enum Credential {
     /// `env:A,B`: these variables are put into the environment of an MCP server the row starts
     /// as a command (`runner: mcp`, `mcp+stdio:`), and nothing else of the dispatcher's.
     Env { names: Vec<String> },
+    /// `oauth:{"token_url": "https://…", "client_id": "$ID", "client_secret": "$SECRET",
+    /// "refresh_token": "$RT", "scope": "…"}`: an OAuth 2.0 access token (RFC 6749) fetched
+    /// from the token endpoint with the client-credentials grant, or the refresh-token grant
+    /// when a refresh token is named, and sent as `Authorization: Bearer`.
+    OAuth(Box<OAuth>),
+}
+
+/// What an `oauth:` credential names: the token endpoint and the variables of the grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OAuth {
+    pub token_url: String,
+    /// Variables holding the client's id and secret.
+    pub client_id: String,
+    pub client_secret: String,
+    /// The variable holding a refresh token, for the refresh-token grant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// Why an `auth` string could not be read; `code` is a stable check code.
@@ -32,7 +51,7 @@ pub struct CredentialError {
     pub help: String,
 }
 
-pub const PREFIXES: &[&str] = &["bearer", "basic", "headers", "query", "env"];
+pub const PREFIXES: &[&str] = &["bearer", "basic", "headers", "query", "env", "oauth"];
 
 /// An environment-variable name: `[A-Z_][A-Z0-9_]*`.
 pub fn is_env_name(s: &str) -> bool {
@@ -152,6 +171,7 @@ impl Credential {
                 }
                 Ok(Some(Credential::Headers { headers }))
             }
+            "oauth" => parse_oauth(rest).map(|o| Some(Credential::OAuth(Box::new(o)))),
             _ => Err(unknown_prefix(prefix)),
         }
     }
@@ -168,6 +188,15 @@ impl Credential {
                 headers.iter().flat_map(|(_, v)| env_refs(v)).collect()
             }
             Credential::Env { names } => names.clone(),
+            Credential::OAuth(o) => [
+                Some(&o.client_id),
+                Some(&o.client_secret),
+                o.refresh_token.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect(),
         }
     }
 
@@ -183,15 +212,71 @@ impl Credential {
             Credential::Headers { .. } => "headers",
             Credential::Query { .. } => "query",
             Credential::Env { .. } => "env",
+            Credential::OAuth(_) => "oauth",
         }
     }
+}
+
+fn oauth_error(message: impl Into<String>) -> CredentialError {
+    CredentialError {
+        code: "bad_auth_env",
+        message: message.into(),
+        help: r#"write `oauth:{"token_url": "https://auth.example.com/oauth/token", "client_id": "$MY_CLIENT_ID", "client_secret": "$MY_CLIENT_SECRET"}` (and "refresh_token": "$MY_REFRESH_TOKEN" for the refresh-token grant)"#.into(),
+    }
+}
+
+/// `oauth:{…}`: the token endpoint (an absolute http(s) URL) and `$ENV` references.
+fn parse_oauth(rest: &str) -> Result<OAuth, CredentialError> {
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(rest)
+        .map_err(|e| oauth_error(format!("`oauth:` must be followed by a JSON object: {e}")))?;
+    let text = |name: &str| map.get(name).and_then(|v| v.as_str()).map(str::trim);
+    if let Some(unknown) = map.keys().find(|k| {
+        ![
+            "token_url",
+            "client_id",
+            "client_secret",
+            "refresh_token",
+            "scope",
+        ]
+        .contains(&k.as_str())
+    }) {
+        return Err(oauth_error(format!("`oauth:` takes no field `{unknown}`")));
+    }
+    let token_url = text("token_url").ok_or_else(|| oauth_error("`oauth:` names no token_url"))?;
+    let parsed = url::Url::parse(token_url)
+        .map_err(|e| oauth_error(format!("token_url `{token_url}` is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
+        return Err(oauth_error(format!(
+            "token_url `{token_url}` is not an http(s) URL"
+        )));
+    }
+    let env = |name: &str, required: bool| -> Result<Option<String>, CredentialError> {
+        match text(name) {
+            None if required => Err(oauth_error(format!("`oauth:` names no {name}"))),
+            None => Ok(None),
+            Some(v) => match v.strip_prefix('$') {
+                Some(env) if is_env_name(env) => Ok(Some(env.to_string())),
+                _ => Err(oauth_error(format!(
+                    "{name} must name the variable that holds it, as `$MY_{}`",
+                    name.to_uppercase()
+                ))),
+            },
+        }
+    };
+    Ok(OAuth {
+        token_url: token_url.to_string(),
+        client_id: env("client_id", true)?.unwrap_or_default(),
+        client_secret: env("client_secret", true)?.unwrap_or_default(),
+        refresh_token: env("refresh_token", false)?,
+        scope: text("scope").filter(|s| !s.is_empty()).map(str::to_string),
+    })
 }
 
 fn unknown_prefix(prefix: &str) -> CredentialError {
     CredentialError {
         code: "unknown_auth_prefix",
         message: format!("unknown auth form `{prefix}`"),
-        help: "use bearer:ENV, basic:ENV, headers:{\"Header\":\"$ENV\"} or query:param=ENV".into(),
+        help: "use bearer:ENV, basic:ENV, headers:{\"Header\":\"$ENV\"}, query:param=ENV or oauth:{\"token_url\": …, \"client_id\": \"$ID\", \"client_secret\": \"$SECRET\"}".into(),
     }
 }
 

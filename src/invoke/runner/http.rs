@@ -52,6 +52,8 @@ pub struct HttpRunner {
     credentialed: reqwest::Client,
     config: HttpConfig,
     egress: Egress,
+    /// The access tokens of `oauth:` credentials.
+    oauth: super::oauth::Tokens,
 }
 
 /// A client with the shared settings: user agent, timeouts, same-origin redirects only.
@@ -122,6 +124,7 @@ impl HttpRunner {
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))?,
             config,
             egress,
+            oauth: Default::default(),
         })
     }
 }
@@ -154,8 +157,9 @@ pub struct Prepared {
     pub credential_name: Option<String>,
 }
 
-/// Render the URL, check its origin, apply the credential and render the body.
-pub fn prepare(call: &Call<'_>) -> Result<Prepared, Failure> {
+/// Render the URL, check its origin, apply the credential and render the body; an `oauth:`
+/// credential applies `access_token`, fetched before.
+pub fn prepare(call: &Call<'_>, access_token: Option<&str>) -> Result<Prepared, Failure> {
     let row = &call.callable.row;
     let target = match &call.callable.http_target {
         Some(Ok(t)) => t,
@@ -188,7 +192,14 @@ pub fn prepare(call: &Call<'_>) -> Result<Prepared, Failure> {
     if let Some(c) = credential {
         // Bound first: a credential goes only where the owner bound it, or is never read.
         super::admit_credential(call, c, Some((&url, method.as_str())))?;
-        apply_credential(c, call.invoker.env(), &mut url, &mut headers, &mut secrets)?;
+        apply_credential(
+            c,
+            call.invoker.env(),
+            access_token,
+            &mut url,
+            &mut headers,
+            &mut secrets,
+        )?;
     }
 
     let payload = row.payload();
@@ -263,6 +274,7 @@ fn header_value(value: &str, env_names: &str) -> Result<HeaderValue, Failure> {
 pub(super) fn apply_credential(
     credential: &Credential,
     env: &Environment,
+    access_token: Option<&str>,
     url: &mut Url,
     headers: &mut HeaderMap,
     secrets: &mut Vec<String>,
@@ -311,6 +323,19 @@ pub(super) fn apply_credential(
                 "auth:bad",
                 "`env:` hands variables to an MCP server started as a command, not to a request",
             ));
+        }
+        Credential::OAuth(_) => {
+            let Some(token) = access_token else {
+                return Err(Failure::new(
+                    "auth:bad",
+                    "`oauth:` credentials are sent by http rows only",
+                ));
+            };
+            headers.insert(
+                AUTHORIZATION,
+                header_value(&format!("Bearer {token}"), &credential.name())?,
+            );
+            secrets.push(token.to_string());
         }
     }
     Ok(())
@@ -361,8 +386,28 @@ impl HttpRunner {
         }
     }
 
+    /// The access token of an `oauth:` credential, and the secrets it brought.
+    async fn oauth_token(
+        &self,
+        call: &Call<'_>,
+        fresh: bool,
+    ) -> Result<Option<(String, Vec<String>)>, Failure> {
+        match &call.callable.credential {
+            Ok(Some(c @ Credential::OAuth(o))) => self
+                .oauth
+                .access(call, c, o, &self.credentialed, fresh)
+                .await
+                .map(Some),
+            _ => Ok(None),
+        }
+    }
+
     async fn request(&self, call: Call<'_>) -> Result<Ran, Failure> {
-        let p = prepare(&call)?;
+        let token = self.oauth_token(&call, false).await?;
+        let mut p = prepare(&call, token.as_ref().map(|t| t.0.as_str()))?;
+        if let Some((_, brought)) = &token {
+            p.secrets.extend(brought.iter().cloned());
+        }
         self.egress
             .check_url(&p.url)
             .map_err(|why| Failure::new("egress:refused", why))?;
@@ -390,9 +435,24 @@ impl HttpRunner {
             _ => None,
         };
         let mut resp = if let Some(c) = credential {
-            self.send_credentialed(&call, c, &p)
+            let mut resp = self
+                .send_credentialed(&call, c, &p)
                 .await
-                .map_err(fetch_failed)?
+                .map_err(fetch_failed)?;
+            if resp.status() == reqwest::StatusCode::UNAUTHORIZED && token.is_some() {
+                // The access token was revoked or expired early: one fresh token, one more
+                // try, before the breaker counts the answer.
+                if let Some((fresh, brought)) = self.oauth_token(&call, true).await? {
+                    let mut again = prepare(&call, Some(&fresh))?;
+                    again.secrets.extend(brought);
+                    resp = self
+                        .send_credentialed(&call, c, &again)
+                        .await
+                        .map_err(fetch_failed)?;
+                    p.secrets.extend(again.secrets);
+                }
+            }
+            resp
         } else {
             let mut req = self
                 .client

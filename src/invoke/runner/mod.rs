@@ -11,6 +11,7 @@ pub mod flow;
 pub mod fn_runner;
 pub mod http;
 pub mod mcp;
+pub mod oauth;
 
 use crate::invoke::Input;
 use crate::invoke::Invoker;

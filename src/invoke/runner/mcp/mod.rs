@@ -215,7 +215,7 @@ pub fn endpoint(
                 .map_err(|e| Failure::new("mcp:bad_target", format!("{url}: {e}")))?;
             let mut headers = HeaderMap::new();
             if let Some(c) = credential {
-                super::http::apply_credential(c, env, &mut url, &mut headers, &mut secrets)?;
+                super::http::apply_credential(c, env, None, &mut url, &mut headers, &mut secrets)?;
             }
             let endpoint = Endpoint::Http {
                 url: url.to_string(),
