@@ -240,18 +240,19 @@ fn arguments(schema: Option<&Json>) -> Vec<Argument> {
         .collect()
 }
 
-/// Where a caller acts on a troubleshooting item: the contract to read again, the POST that
-/// repairs a call (with a dispatcher), the example to run again.
+/// Where a caller acts on a troubleshooting item: the POST that repairs a call (with a
+/// dispatcher); a retry is the contract's own run-now link, not repeated.
 struct Acts<'a> {
-    contract: &'a str,
     repair: Option<&'a str>,
-    retry: &'a str,
 }
 
 impl Acts<'_> {
     fn repair(&self) -> String {
         match self.repair {
-            Some(url) => format!("repair: `POST {url}` with `repairs`"),
+            Some(url) => {
+                let path = url.find("/api/").map_or(url, |i| &url[i..]);
+                format!("repair: POST {path}")
+            }
             None => "repair with `repairs`".into(),
         }
     }
@@ -259,14 +260,13 @@ impl Acts<'_> {
 
 fn troubleshooting(row: &Row, act: &Acts) -> Vec<String> {
     let mut t: Vec<String> = vec![format!(
-        "`missing_args`: send as many `|`-separated pieces as ARGS names ({}); {}.",
-        act.contract,
+        "`missing_args`: send as many `|`-separated pieces as ARGS names; {}.",
         act.repair()
     )];
     match row.kind {
         RowType::Http if row.is_mcp() => {
             t.push(format!("`ERR:mcp:tool_error:`: the tool ran and reported an error; its text says why (often the arguments); {}.", act.repair()));
-            t.push(format!("`ERR:mcp:timeout:`, `ERR:mcp:closed:`, `ERR:mcp:spawn:`, `ERR:mcp:connect:`: the MCP server did not answer in time, exited, could not be started or reached; retry later ({}) or tell the operator.", act.retry));
+            t.push("`ERR:mcp:timeout:`, `ERR:mcp:closed:`, `ERR:mcp:spawn:`, `ERR:mcp:connect:`: the MCP server did not answer in time, exited, could not be started or reached; retry later (the run-now link above) or tell the operator.".into());
             t.push("`ERR:mcp:rpc:`: the server refused the request (a JSON-RPC error, e.g. an unknown tool): the row may be out of date; re-import the server.".into());
         }
         RowType::Fn => t.push(format!(
@@ -276,7 +276,7 @@ fn troubleshooting(row: &Row, act: &Acts) -> Vec<String> {
         )),
         RowType::Http => {
             t.push(format!("`ERR:http:<status>:`: the remote answered an error; 4xx means the arguments or credential, 5xx the service; {}.", act.repair()));
-            t.push(format!("`ERR:http:fetch:`: the remote could not be reached or timed out; retry later ({}).", act.retry));
+            t.push("`ERR:http:fetch:`: the remote could not be reached or timed out; retry later (the run-now link above).".into());
             if !row.auth.is_empty() {
                 t.push("`ERR:breaker_open:`: 8 consecutive 401/403 opened the credential's breaker for an hour; the operator must fix the credential.".into());
             }
@@ -285,8 +285,7 @@ fn troubleshooting(row: &Row, act: &Acts) -> Vec<String> {
         RowType::Flow => t.push(format!("A flow stops at the first step whose output starts `ERR:`; the error names that step; {}.", act.repair())),
     }
     t.push(format!(
-        "`RAN_NO_MATERIAL`: it ran and produced nothing; check the arguments ({}); {}.",
-        act.contract,
+        "`RAN_NO_MATERIAL`: it ran and produced nothing; check the arguments; {}.",
         act.repair()
     ));
     t
@@ -373,13 +372,7 @@ impl Contract {
             troubleshooting: troubleshooting(
                 row,
                 &Acts {
-                    contract: &urls
-                        .contract(&row.key)
-                        .unwrap_or_else(|| format!("k/{}.md", row.key)),
                     repair: invoke_url.as_deref(),
-                    retry: &urls
-                        .run_now(&row.key, &ex)
-                        .unwrap_or_else(|| "the run-now link of the dispatcher".into()),
                 },
             ),
             created_at: history.last().map(|c| c.commit.date.clone()),
