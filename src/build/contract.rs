@@ -249,10 +249,7 @@ struct Acts<'a> {
 impl Acts<'_> {
     fn repair(&self) -> String {
         match self.repair {
-            Some(url) => {
-                let path = url.find("/api/").map_or(url, |i| &url[i..]);
-                format!("repair: POST {path}")
-            }
+            Some(_) => "repair it by the POST above, with `repairs`".into(),
             None => "repair with `repairs`".into(),
         }
     }

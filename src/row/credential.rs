@@ -369,6 +369,43 @@ mod tests {
     }
 
     #[test]
+    fn oauth_forms() {
+        let o = Credential::parse(
+            r#"oauth:{"token_url": "https://auth.example.com/t", "client_id": "$CID", "client_secret": "$CS", "refresh_token": "$RT", "scope": "read"}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(o.envs(), vec!["CID", "CS", "RT"]);
+        assert_eq!(o.form(), "oauth");
+        for bad in [
+            r#"oauth:{"client_id": "$CID", "client_secret": "$CS"}"#,
+            r#"oauth:{"token_url": "ftp://x/t", "client_id": "$CID", "client_secret": "$CS"}"#,
+            r#"oauth:{"token_url": "/relative", "client_id": "$CID", "client_secret": "$CS"}"#,
+            r#"oauth:{"token_url": "https://a/t", "client_id": "CID", "client_secret": "$CS"}"#,
+            r#"oauth:{"token_url": "https://a/t", "client_id": "$CID"}"#,
+            r#"oauth:{"token_url": "https://a/t", "client_id": "$CID", "client_secret": "$CS", "extra": 1}"#,
+            "oauth:not json",
+        ] {
+            assert_eq!(
+                Credential::parse(bad).unwrap_err().code,
+                "bad_auth_env",
+                "{bad}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Any `auth` text parses or is refused with a code; it never panics, and whatever it
+        /// accepts names only environment variables.
+        #[test]
+        fn any_auth_text_parses_or_is_refused(prefix in "(bearer|basic|headers|query|env|oauth|x)", rest in "\\PC{0,80}") {
+            if let Ok(Some(c)) = Credential::parse(&format!("{prefix}:{rest}")) {
+                proptest::prop_assert!(c.envs().iter().all(|e| is_env_name(e)));
+            }
+        }
+    }
+
+    #[test]
     fn expand() {
         let v = expand_env("Key $A_B!", &|n| (n == "A_B").then(|| "s3".to_string())).unwrap();
         assert_eq!(v, "Key s3!");
