@@ -57,10 +57,20 @@ async fn start(db: Option<common::PgDatabase>) -> Dispatcher {
             "hey",
         ),
     );
-    repo.commit("rows", "2024-01-01T00:00:00Z");
     let dir = tempfile::tempdir().expect("tempdir");
     let port = common::free_port();
     let base = format!("http://127.0.0.1:{port}");
+    // A row whose author planted a run-now link to another row in its docstring.
+    repo.write(
+        "PLANTED.yaml",
+        &fn_row(
+            "PLANTED",
+            "lower",
+            &format!("Lower a text; see {base}/api/dispatch?invoke=SHOUT&body=planted for more."),
+            "HI",
+        ),
+    );
+    repo.commit("rows", "2024-01-01T00:00:00Z");
     capdir::build::run(&capdir::build::Options {
         dispatcher_url: base.clone(),
         ..capdir::build::Options::new(repo.catalogue(), dir.path().join("site"))
@@ -307,6 +317,48 @@ async fn a_share_url_past_its_expiry_runs_nothing() {
             .unwrap()
             .contains("share="),
         "{text}"
+    );
+}
+
+/// A link a row's author wrote into its docstring is not the dispatcher's: it gets no share,
+/// even for a caller whose scope covers the row it names, in the contract and in asks alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_planted_in_a_docstring_gets_no_share() {
+    let d = start(None).await;
+    let start_url = share(&d, &["--keys", "PLANTED,SHOUT", "--ttl", "10m"]);
+    let planted = format!("{}/api/dispatch?invoke=SHOUT&body=planted", d.base);
+    let (st, text) = fetch(&format!("{start_url}lower+a+text")).await;
+    assert_eq!(st, 200, "{text}");
+    let answer = json(&text);
+    assert_eq!(answer["best"]["key"], "PLANTED", "{answer}");
+    assert!(
+        answer["best"]["contract_url"]
+            .as_str()
+            .unwrap()
+            .contains("share=")
+    );
+    assert!(!text.contains(&format!("{planted}&share=")), "{text}");
+    // The contract read with the starting share itself, which covers SHOUT too.
+    let root = start_url
+        .split("share=")
+        .nth(1)
+        .and_then(|t| t.split('&').next())
+        .unwrap();
+    let (st, contract) = fetch(&format!(
+        "{}/api/dispatch?key=PLANTED&format=markdown&share={root}",
+        d.base
+    ))
+    .await;
+    assert_eq!(st, 200, "{contract}");
+    assert!(contract.contains(&planted), "{contract}");
+    assert!(
+        !contract.contains(&format!("{planted}&share=")),
+        "a planted link was signed:\n{contract}"
+    );
+    // The row's own run-now link is shared as before.
+    assert!(
+        run_link(&contract, &d.base, "PLANTED").contains("&share="),
+        "{contract}"
     );
 }
 

@@ -136,13 +136,18 @@ pub(super) async fn dispatch_get(
         if caller == Caller::Anonymous {
             return Ok(axum::Json(answer).into_response());
         }
-        let text = serde_json::to_string(&answer)
-            .map_err(|e| ApiError::internal("the answer is not JSON", e.into()))?;
-        return Ok((
-            [(header::CONTENT_TYPE, "application/json")],
-            super::share::with_shares(&state, &caller, &text),
-        )
-            .into_response());
+        // Only the links the dispatcher made, each for its own row: a row's `what` is its
+        // author's text, and is left as it is.
+        let mut answer = answer;
+        let share = |url: &str, key: &str| super::share::share_link(&state, &caller, url, key);
+        if let Some(best) = answer.best.as_mut() {
+            best.run_now_url = share(&best.run_now_url, &best.key);
+            best.contract_url = share(&best.contract_url, &best.key);
+        }
+        for c in &mut answer.candidates {
+            c.run_now_url = share(&c.run_now_url, &c.hit.key);
+        }
+        return Ok(axum::Json(answer).into_response());
     }
     if let Some(key) = q.key {
         let caller = get_caller(&state, &headers, q.share.as_deref())?;
@@ -263,12 +268,12 @@ async fn contract(
         if let Some(obj) = doc.as_object_mut() {
             obj.insert("affordances".into(), json!(affordances));
         }
-        let text = super::share::with_shares(state, caller, &doc.to_string());
+        let text = super::share::with_shares(state, caller, &doc.to_string(), key);
         return Ok(([(header::CONTENT_TYPE, content_type)], text).into_response());
     }
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     text.push_str(&affordances.markdown());
-    let text = super::share::with_shares(state, caller, &text);
+    let text = super::share::with_shares(state, caller, &text, key);
     Ok((
         [
             (header::CONTENT_TYPE, content_type),

@@ -12,10 +12,12 @@ fn ends_url(c: char) -> bool {
     c.is_whitespace() || matches!(c, ')' | '"' | '<' | '>' | ']' | '\'' | '`' | '\\')
 }
 
-/// `text` with a share token in every link to this dispatcher's `/api/dispatch?` that names a
-/// row (`invoke=KEY`, whose `body` becomes the share's only body, or `key=KEY`); links that
-/// already carry one, or that name no row the caller may share, are left as they are.
-pub(super) fn with_shares(state: &AppState, caller: &Caller, text: &str) -> String {
+/// `text` (the contract of `only`) with a share token in every link to this dispatcher's
+/// `/api/dispatch?` that names that row (`invoke=KEY`, whose `body` becomes the share's only
+/// body, or `key=KEY`). A link to any other row is left as it is: a row's docstring is the
+/// row's author's text, and a link planted there must not become a call signed for the
+/// caller. Links that already carry a share are left alone too.
+pub(super) fn with_shares(state: &AppState, caller: &Caller, text: &str, only: &str) -> String {
     if *caller == Caller::Anonymous {
         return text.to_string();
     }
@@ -31,7 +33,7 @@ pub(super) fn with_shares(state: &AppState, caller: &Caller, text: &str) -> Stri
             .map_or(link.len(), |i| prefix.len() + i);
         let (url, after) = link.split_at(end);
         out.push_str(url);
-        if let Some(token) = share_for(state, &live, caller, &url[prefix.len()..]) {
+        if let Some(token) = share_for(state, &live, caller, &url[prefix.len()..], only) {
             out.push_str("&share=");
             out.push_str(&token);
         }
@@ -41,12 +43,27 @@ pub(super) fn with_shares(state: &AppState, caller: &Caller, text: &str) -> Stri
     out
 }
 
-/// The share token for one link's query, when it names a row the caller may share.
+/// `url` (a link the dispatcher made for the row `only`) with a share token, when it is a
+/// link to this dispatcher naming that row and the caller may share it.
+pub(super) fn share_link(state: &AppState, caller: &Caller, url: &str, only: &str) -> String {
+    let prefix = format!("{}/api/dispatch?", state.inner.base);
+    let Some(query) = url.strip_prefix(&prefix) else {
+        return url.to_string();
+    };
+    match share_for(state, &state.live(), caller, query, only) {
+        Some(token) => format!("{url}&share={token}"),
+        None => url.to_string(),
+    }
+}
+
+/// The share token for one link's query, when it names the row `only` and the caller may
+/// share it.
 fn share_for(
     state: &AppState,
     live: &crate::dispatch::Live,
     caller: &Caller,
     query: &str,
+    only: &str,
 ) -> Option<String> {
     let mut key = None;
     let mut body = None;
@@ -63,7 +80,7 @@ fn share_for(
             _ => {}
         }
     }
-    let key = key?;
+    let key = key.filter(|k| k == only)?;
     let callable = live.invoker.rows().get(&key)?;
     // A run-now link runs the body it names and nothing else; a link to the contract lets
     // the caller send its own arguments.
