@@ -267,6 +267,11 @@ async fn a_sensitive_call_waits_for_a_person_and_runs_once_when_approved() {
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["output"], "HTTP 200:hit abc", "{v}");
     let run_id = v["receipt"].as_str().expect("run receipt").to_string();
+    assert_eq!(
+        v["proof"]["confirm_url"],
+        s.url(&format!("/api/dispatch?confirm={run_id}")),
+        "the polled answer carries its proof: {v}"
+    );
 
     // Once only: a second decision is refused and nothing runs again.
     let (st, v) = decide(&s, OWNER, &id, "approve").await;

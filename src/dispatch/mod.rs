@@ -17,9 +17,7 @@ pub use error::{DispatchError, Failure};
 pub use follow::{FollowStatus, Follower};
 pub use live::Live;
 pub use tree::TreeBudget;
-pub use watcher::{
-    APPROVED, ApprovalRefusal, DENIED, PENDING_APPROVAL, Poll, Ticket, View, answer_json,
-};
+pub use watcher::{APPROVED, ApprovalRefusal, DENIED, PENDING_APPROVAL, Poll, Ticket, View};
 
 use crate::access::affordance::{self, Affordances, Here};
 use crate::access::auth::{self, Caller, Keys, open_refusal};

@@ -499,7 +499,7 @@ impl Dispatcher {
         self.append(vec![draft]).await?;
         if approve {
             let ran = self.run_approved(p, &decision.receipt).await;
-            let answer = answer_json(&ran);
+            let answer = self.answer_json(&ran);
             if let Err(e) = self.ledger.record_result(id, &answer).await {
                 tracing::error!(error = %format!("{e:#}"), approval = id, "the run's answer could not be recorded");
             }
@@ -647,41 +647,52 @@ fn short(fingerprint: &str) -> &str {
     fingerprint.get(..12).unwrap_or(fingerprint)
 }
 
-/// An invocation's answer as JSON, the same fields `POST /api/dispatch` answers: what an
-/// approved run leaves for its caller to poll.
-pub fn answer_json(ran: &Result<Invoked, DispatchError>) -> Json {
-    match ran {
-        Ok(done) => {
-            let r = &done.receipt.draft;
-            let mut v = json!({
-                "receipt": r.id,
-                "status": r.status,
-                "key": r.key,
-                "output": done.output,
-                "catalogue_commit": r.catalogue_commit,
-                "duration_ms": done.duration.as_secs_f64() * 1000.0,
-                "truncated": done.truncated,
-            });
-            if let Some(u) = &done.usage {
-                v["usage"] = json!(u);
+impl Dispatcher {
+    /// An invocation's answer as JSON, the same fields `POST /api/dispatch` answers (its
+    /// `proof` included): what an approved run leaves for its caller to poll, and what an MCP
+    /// tool call answers.
+    pub fn answer_json(&self, ran: &Result<Invoked, DispatchError>) -> Json {
+        let mut v = match ran {
+            Ok(done) => {
+                let r = &done.receipt.draft;
+                let mut v = json!({
+                    "receipt": r.id,
+                    "status": r.status,
+                    "key": r.key,
+                    "output": done.output,
+                    "catalogue_commit": r.catalogue_commit,
+                    "duration_ms": done.duration.as_secs_f64() * 1000.0,
+                    "truncated": done.truncated,
+                });
+                if let Some(u) = &done.usage {
+                    v["usage"] = json!(u);
+                }
+                v
             }
-            v
+            Err(e) => {
+                let mut v = json!({
+                    "error": e.code(),
+                    "message": e.message(),
+                    "how_to_fix": e.how_to_fix(),
+                });
+                if let Some(r) = e.receipt() {
+                    v["receipt"] = json!(r.draft.id);
+                    v["status"] = json!(r.draft.status);
+                    v["key"] = json!(r.draft.key);
+                }
+                if let Some(reason) = e.reason() {
+                    v["reason"] = json!(reason);
+                }
+                v
+            }
+        };
+        let receipt = match ran {
+            Ok(done) => Some(&done.receipt),
+            Err(e) => e.receipt(),
+        };
+        if let Some(r) = receipt {
+            v["proof"] = json!(self.proof(r));
         }
-        Err(e) => {
-            let mut v = json!({
-                "error": e.code(),
-                "message": e.message(),
-                "how_to_fix": e.how_to_fix(),
-            });
-            if let Some(r) = e.receipt() {
-                v["receipt"] = json!(r.draft.id);
-                v["status"] = json!(r.draft.status);
-                v["key"] = json!(r.draft.key);
-            }
-            if let Some(reason) = e.reason() {
-                v["reason"] = json!(reason);
-            }
-            v
-        }
+        v
     }
 }

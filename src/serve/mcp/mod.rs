@@ -753,22 +753,7 @@ async fn call_row(
 /// Through the dispatcher's one path: gate, runner, durable receipt, metrics.
 async fn invoke(state: &AppState, caller: &Caller, request: InvokeRequest) -> Json {
     match state.dispatcher().dispatch(caller, request).await {
-        Ok(done) => {
-            let r = &done.receipt.draft;
-            tool_result(
-                json!({
-                    "receipt": r.id,
-                    "status": r.status,
-                    "key": r.key,
-                    "output": done.output,
-                    "catalogue_commit": r.catalogue_commit,
-                    "duration_ms": done.duration.as_secs_f64() * 1000.0,
-                    "truncated": done.truncated,
-                    "proof": state.dispatcher().proof(&done.receipt),
-                }),
-                false,
-            )
-        }
+        Ok(done) => tool_result(state.dispatcher().answer_json(&Ok(done)), false),
         // Waiting for a person is not a failure: the result says so, with where to poll. Not
         // elicitation: it asks the calling client's own user, who would approve their own call.
         Err(e @ DispatchError::PendingApproval { .. }) => {
