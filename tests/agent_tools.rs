@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use tower::ServiceExt;
 
 const OWNER: &str = "agent-tools-owner-key";
+const TOKEN_KEY: &str = "agent-tools-token-signing-key-0123456789abcdef";
 
 /// The scripted model: the first turn asks for `plan` (name, JSON arguments); once tool
 /// results are in, it answers `done:` and the results joined. Every request is kept.
@@ -476,4 +477,117 @@ async fn a_provider_prefix_names_the_endpoint() {
         ["/provider/v1/chat/completions"],
         "a `local:` target is sent to the provider's endpoint"
     );
+}
+
+/// What a model could make of a person's approval: the approval of an agent's call is not an
+/// approval of the tools its model then picks. A low-risk token's call of a sensitive agent
+/// waits for a person; once approved, the agent runs, and its model's call of a sensitive tool
+/// is still refused at the risk ceiling: the vault is never opened.
+#[tokio::test]
+async fn an_approved_agent_call_does_not_approve_the_sensitive_tools_its_model_picks() {
+    let model = Model {
+        plan: Arc::new(vec![(
+            "VAULT_OPEN".to_string(),
+            r#"{"x": "open"}"#.to_string(),
+        )]),
+        stubborn: false,
+        reply: None,
+        seen: Arc::default(),
+        paths: Arc::default(),
+    };
+    let model_addr = common::serve(
+        axum::Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .with_state(model),
+    )
+    .await;
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let upstream = common::serve(axum::Router::new().route(
+        "/hit/{x}",
+        axum::routing::get(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                "opened"
+            }
+        }),
+    ))
+    .await;
+    // A sensitive tool on the counting upstream, and a sensitive agent that may call it.
+    let schema =
+        "input_schema:\n  type: object\n  properties:\n    x: {type: string}\n  required: [x]\n";
+    let repo = Repo::new();
+    repo.write(
+        "VAULT_OPEN.yaml",
+        &format!(
+            "key: VAULT_OPEN\ntype: http\ntarget: GET http://{upstream}/hit/$1\ncategory: vault\nsensitive: true\n{schema}content: |\n  # WHAT: Opens the vault, sensitive.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=x\n  # EX: hi\n  # OUTPUT: text\n"
+        ),
+    );
+    repo.write(
+        "VAULT_AGENT.yaml",
+        &format!(
+            "key: VAULT_AGENT\ntype: agent\ntarget: test-model\ncategory: agents\nallowed_categories: [vault]\nsensitive: true\n{schema}content: |\n  # WHAT: Answers with the vault tools.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=x\n  # EX: hi\n  # OUTPUT: text\n  Use the tools.\n"
+        ),
+    );
+    repo.commit("rows", "2024-01-01T00:00:00Z");
+    let f = Built::new(repo);
+    let ledger = SqliteLedger::open(&f.ledger_path()).expect("ledger");
+    let mut settings = Settings::new(f.site(), Arc::new(ledger));
+    settings.owner_key = Some(OWNER.into());
+    settings.token_key = Some(capdir::access::token::TokenKey::from_text(TOKEN_KEY).expect("key"));
+    settings.config.agent.direct.base_url = format!("http://{model_addr}/v1");
+    settings.config.agent.direct.key_env = String::new();
+    settings.config.egress = capdir::invoke::egress::Egress::loopback();
+    let s = AppState::new(settings).expect("state");
+    let tok = capdir::access::token::TokenKey::from_text(TOKEN_KEY)
+        .expect("key")
+        .sign(&common::claims_for(
+            "http://127.0.0.1:8080",
+            &["VAULT_AGENT"],
+        ));
+    let send = |req: Request<Body>| {
+        let s = s.clone();
+        async move {
+            let res = app(s).oneshot(req).await.expect("response");
+            let status = res.status();
+            let bytes = res.into_body().collect().await.unwrap().to_bytes();
+            (
+                status,
+                serde_json::from_slice::<Json>(&bytes).expect("json"),
+            )
+        }
+    };
+    let (status, pending) = send(
+        Request::post("/api/dispatch")
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {tok}"))
+            .body(Body::from(
+                json!({"key": "VAULT_AGENT", "body": "go"}).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{pending}");
+    let id = pending["approval"].as_str().expect("approval");
+    let (status, decided) = send(
+        Request::post(format!("/api/approvals/{id}"))
+            .header("content-type", "application/json")
+            .header("x-owner-key", OWNER)
+            .body(Body::from(json!({"decision": "approve"}).to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{decided}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the vault was opened: {decided}"
+    );
+    let refused = f
+        .receipts()
+        .into_iter()
+        .find(|r| r["key"] == "VAULT_OPEN")
+        .expect("the tool call's receipt");
+    assert_eq!(refused["error_code"], "risk_ceiling:low", "{refused}");
 }

@@ -191,7 +191,20 @@ async fn the_loop(d: Dispatcher) {
     let root_id = share_id(&start_url);
 
     // 1. Ask, in words.
-    let (st, text) = fetch(&format!("{start_url}hash+a+text+with+sha-256")).await;
+    let asked = common::client()
+        .get(format!("{start_url}hash+a+text+with+sha-256"))
+        .send()
+        .await
+        .expect("GET");
+    // An answer with share tokens in it is this caller's: no shared cache keeps it.
+    assert_eq!(
+        asked
+            .headers()
+            .get("cache-control")
+            .map(|v| v.to_str().unwrap()),
+        Some("private, no-store")
+    );
+    let (st, text) = (asked.status().as_u16(), asked.text().await.expect("body"));
     assert_eq!(st, 200, "{text}");
     let answer = json(&text);
     assert_eq!(answer["best"]["key"], "HASH_TEXT", "{answer}");
@@ -242,6 +255,16 @@ async fn the_loop(d: Dispatcher) {
     let receipt: Json = r.json().await.expect("json");
     assert_eq!(receipt["actor"], format!("token:{root_id}"), "{receipt}");
     assert!(!receipt["input"].as_str().unwrap().contains("cdt1."));
+
+    // A share runs, and confirms keylessly, but reads no full receipt: not even this one.
+    let link_share = run.split("share=").nth(1).expect("share").to_string();
+    let r = common::client()
+        .get(ran["proof"]["receipt_url"].as_str().unwrap())
+        .bearer_auth(&link_share)
+        .send()
+        .await
+        .expect("receipt");
+    assert_eq!(r.status().as_u16(), 403, "a share read a full receipt");
 
     // Refused, each with its reason: a row without a share, another row with this share, another body.
     let (st, text) = fetch(shout_link).await;

@@ -583,6 +583,25 @@ async fn limits_answer_429_with_retry_after_and_a_receipt() {
     assert!(retry.is_some());
     refused(&v, "budget_exhausted");
 
+    // A share of a token spends the token's budget, its flow's steps included.
+    let parent = claims(
+        &s,
+        &["ECHO", "TWO_ECHOES"],
+        Watch {
+            per_row: Some(2),
+            ..Watch::default()
+        },
+    );
+    let now = chrono::Utc::now().timestamp();
+    let shared = sign(&parent.share("TWO_ECHOES", None, now).expect("a share"));
+    let (st, _, v) = invoke(&s, &shared, "TWO_ECHOES", "x").await;
+    assert_eq!(st, 200, "{v}");
+    let (st, _, v) = invoke(&s, &sign(&parent), "ECHO", "y").await;
+    assert_eq!(
+        st, 429,
+        "the share's two steps spent the parent's ECHO budget: {v}"
+    );
+
     // The loop breaker: the same call three times; other arguments are another call.
     let looping = sign(&claims(
         &s,

@@ -132,9 +132,14 @@ impl Claims {
     /// A share of this token for one row: at most ten minutes (never past this token), risk
     /// low (a sensitive call through a link waits for a person), the row alone, `body` as its
     /// only body when given, this token's pin, payload ceiling and limits, and none of its
-    /// writes or approvals.
-    pub fn share(&self, key: &str, body: Option<&str>, now: i64) -> Claims {
-        Claims {
+    /// writes or approvals. None when this token may send one body only and `body` is another.
+    pub fn share(&self, key: &str, body: Option<&str>, now: i64) -> Option<Claims> {
+        if let (Some(fixed), Some(b)) = (&self.body, body)
+            && fixed != b
+        {
+            return None;
+        }
+        Some(Claims {
             id: new_id(),
             iat: now,
             exp: self.exp.min(now + SHARE_TTL_SECS),
@@ -152,7 +157,7 @@ impl Claims {
                 ..self.watch.clone()
             },
             parent: Some(self.parent.clone().unwrap_or_else(|| self.id.clone())),
-        }
+        })
     }
 
     /// A share of the owner key for one row (see `share`).
@@ -752,6 +757,26 @@ mod tests {
         )
         .expect_err("an invoke scope writes nothing");
         assert!(r.message.contains("no writes"), "{}", r.message);
+    }
+
+    #[test]
+    fn a_share_never_sends_another_body_than_its_parent_may() {
+        let fixed = Claims {
+            body: Some("only this".into()),
+            ..claims()
+        };
+        assert!(fixed.share("A", Some("other"), 150).is_none());
+        let same = fixed
+            .share("A", Some("only this"), 150)
+            .expect("the same body");
+        assert_eq!(same.body.as_deref(), Some("only this"));
+        let none = fixed.share("A", None, 150).expect("no body named");
+        assert_eq!(none.body.as_deref(), Some("only this"));
+        assert_eq!(
+            (none.exp, none.risk, none.keys.as_slice()),
+            (200, Risk::Low, &["A".to_string()][..])
+        );
+        assert_eq!(none.accountable_id(), fixed.id);
     }
 
     #[test]

@@ -460,7 +460,9 @@ impl Dispatcher {
         let claims = match caller {
             Caller::Anonymous => return None,
             Caller::Owner => token::Claims::owner_share(&self.audience, key, body, now),
-            Caller::Token(c) if c.covers(key, category) && c.exp > now => c.share(key, body, now),
+            Caller::Token(c) if c.covers(key, category) && c.exp > now => {
+                c.share(key, body, now)?
+            }
             Caller::Token(_) => return None,
         };
         Some(signer.sign(&claims))

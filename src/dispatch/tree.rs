@@ -182,7 +182,7 @@ fn refusal(caller: &Caller, step: &Callable, via: Via, input: &str) -> Option<(S
     let Caller::Token(claims) = caller else {
         return auth::step_refusal(caller, &step.row);
     };
-    if via == Via::Composed {
+    if matches!(via, Via::Composed | Via::Tool) {
         return auth::step_refusal(caller, &step.row);
     }
     if claims.pin.is_some() {
@@ -211,7 +211,8 @@ impl Authority for Tree {
             return Err(spent);
         }
         match refusal(&self.caller, step, via, input) {
-            // The person who approved the call approved what its row composes.
+            // The person who approved the call approved the steps its row composes (a flow's,
+            // with inputs made from the approved input), not the tools a model picks.
             Some(refused)
                 if self.approved
                     && via == Via::Composed

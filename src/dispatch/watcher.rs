@@ -341,8 +341,21 @@ impl Dispatcher {
         }
     }
 
+    /// Who may read an approval: the very token that asked, the token a share that asked was
+    /// derived from (not another share of it), or an approver; a token that no longer holds
+    /// (revoked, expired) reads nothing.
     async fn may_read(&self, caller: &Caller, a: &Approval) -> bool {
-        caller.actor() == requester(&a.pending) || self.check_approver(caller).await.is_ok()
+        if let Caller::Token(claims) = caller {
+            if !matches!(self.holder_refusal(claims).await, Ok(None)) {
+                return false;
+            }
+            if claims.id == a.pending.caller.id
+                || (claims.parent.is_none() && caller.actor() == requester(&a.pending))
+            {
+                return true;
+            }
+        }
+        self.check_approver(caller).await.is_ok()
     }
 
     async fn find_approval(&self, id: &str, now: i64) -> Result<Approval, DispatchError> {
@@ -551,7 +564,7 @@ impl Dispatcher {
             &callable.row.key,
             args_sha256,
             now,
-            claims.exp,
+            lifetime_end(claims),
         );
         let over = self
             .ledger
@@ -591,17 +604,27 @@ impl Dispatcher {
     ) {
         let now = chrono::Utc::now().timestamp();
         let cost = cost_usd.map_or(0, |c| (c.max(0.0) * 1e6).round() as u64);
-        let counters = rules::nested_counters(&claims.watch, nested, cost, now, claims.exp);
+        let counters =
+            rules::nested_counters(&claims.watch, nested, cost, now, lifetime_end(claims));
         if counters.is_empty() {
             return;
         }
         if let Err(e) = self
             .ledger
-            .add_to_counters(&claims.id, &counters, now)
+            .add_to_counters(claims.accountable_id(), &counters, now)
             .await
         {
             tracing::error!(error = %format!("{e:#}"), token = %claims.id, "the token's counters could not be charged");
         }
+    }
+}
+
+/// When a token's lifetime counters (calls per row, cost) may be forgotten: at its expiry; for
+/// a share, whose own life is minutes, never (they are its parent's counters).
+fn lifetime_end(claims: &Claims) -> i64 {
+    match claims.parent {
+        Some(_) => i64::MAX / 4,
+        None => claims.exp,
     }
 }
 

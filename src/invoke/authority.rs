@@ -36,6 +36,10 @@ pub enum Via {
     /// A router tag in a text a model wrote: no row declared it, so the caller's own scope,
     /// ceiling and pin must allow it as if the caller had called it directly.
     Tag,
+    /// A tool an agent's model chose among the row's declared categories: covered by the
+    /// calling row's contract like a flow's step, but with arguments a model picked, so a
+    /// person's approval of the agent's call never stands in for the risk ceiling here.
+    Tool,
 }
 
 /// One nested call, finished or refused, as its receipt records it.

@@ -591,7 +591,8 @@ impl PgLedger {
                  ON CONFLICT (token, name) DO UPDATE SET
                    n = CASE WHEN counters.expires <= $5 THEN excluded.n
                             ELSE counters.n + excluded.n END,
-                   expires = excluded.expires
+                   expires = CASE WHEN counters.expires <= $5 THEN excluded.expires
+                                  ELSE greatest(counters.expires, excluded.expires) END
                  RETURNING name, n",
                 &[&token, &names, &adds, &expires, &now],
             )

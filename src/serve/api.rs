@@ -147,7 +147,7 @@ pub(super) async fn dispatch_get(
         for c in &mut answer.candidates {
             c.run_now_url = share(&c.run_now_url, &c.hit.key);
         }
-        return Ok(axum::Json(answer).into_response());
+        return Ok(private(axum::Json(answer).into_response()));
     }
     if let Some(key) = q.key {
         let caller = get_caller(&state, &headers, q.share.as_deref())?;
@@ -269,20 +269,16 @@ async fn contract(
             obj.insert("affordances".into(), json!(affordances));
         }
         let text = super::share::with_shares(state, caller, &doc.to_string(), key);
-        return Ok(([(header::CONTENT_TYPE, content_type)], text).into_response());
+        return Ok(private(
+            ([(header::CONTENT_TYPE, content_type)], text).into_response(),
+        ));
     }
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     text.push_str(&affordances.markdown());
     let text = super::share::with_shares(state, caller, &text, key);
-    Ok((
-        [
-            (header::CONTENT_TYPE, content_type),
-            // A contract with share tokens in it is this caller's: not for shared caches.
-            (header::CACHE_CONTROL, "private, no-store"),
-        ],
-        text,
-    )
-        .into_response())
+    Ok(private(
+        ([(header::CONTENT_TYPE, content_type)], text).into_response(),
+    ))
 }
 
 /// A request without a credential counted against its address's keyless allowance: 429 with
@@ -350,6 +346,21 @@ pub(super) async fn dispatch_post(
         .await
         .map_err(|e| with_proof(&state, e))?;
     Ok(invoked_response(&state, &done))
+}
+
+/// An answer made for the caller's credential (share tokens in its links): kept out of
+/// shared caches, and varying by the headers a credential comes in.
+fn private(mut response: Response) -> Response {
+    let h = response.headers_mut();
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    h.insert(
+        header::VARY,
+        HeaderValue::from_static("authorization, x-owner-key"),
+    );
+    response
 }
 
 /// A dispatch error as an answer, with the proof of its receipt when it left one.

@@ -53,7 +53,9 @@ async fn may_read_receipt(
                 refused.reason.how_to_fix(),
             ));
         }
-        if r.draft.actor == caller.actor() {
+        // A share is receipted as the caller it came from, but reads no full receipt: one
+        // link must not open every receipt of that caller (it confirms keylessly).
+        if claims.parent.is_none() && r.draft.actor == caller.actor() {
             return Ok(());
         }
     }

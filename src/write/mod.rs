@@ -97,6 +97,15 @@ fn sends_of(row: &Row) -> Option<token::Sends> {
         Some(Destination::Stdio) => format!("stdio:{}", row.target.trim()),
         Some(Destination::Model) | None => format!("model:{}", row.target.trim()),
     };
+    // An `oauth:` credential's variables go to its token endpoint too, for its scope.
+    let to = match &credential {
+        crate::row::credential::Credential::OAuth(o) => format!(
+            "{to} + POST {} scope {}",
+            o.token_url,
+            o.scope.as_deref().unwrap_or("-")
+        ),
+        _ => to,
+    };
     Some(token::Sends {
         envs: credential.envs(),
         to,

@@ -578,9 +578,8 @@ impl AgentRunner {
         match tool_input(row, arguments) {
             Err(why) => format!("ERR:bad_args:{why}"),
             Ok(input) => {
-                let o =
-                    super::run_nested(call.invoker, context, Via::Composed, name, input, arguments)
-                        .await;
+                let o = super::run_nested(call.invoker, context, Via::Tool, name, input, arguments)
+                    .await;
                 if let Some(u) = &o.usage {
                     usage.add(u);
                 }

@@ -60,7 +60,14 @@ impl Tokens {
         client: &reqwest::Client,
         fresh: bool,
     ) -> Result<(String, Vec<String>), Failure> {
-        let name = credential.name();
+        // One token per endpoint, client and scope: two rows naming the same variables with
+        // another endpoint or scope never share a token.
+        let name = format!(
+            "{}|{}|{}",
+            credential.name(),
+            o.token_url,
+            o.scope.as_deref().unwrap_or("")
+        );
         let cached = self
             .held
             .lock()
@@ -132,13 +139,21 @@ impl Tokens {
         if let Some(error) = answer.error.filter(|e| !e.is_empty()) {
             // `invalid_grant` (a revoked or expired refresh token), `invalid_client`, …: the
             // code only; its description may quote what was sent.
-            let code: String = error
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .take(40)
-                .collect();
+            // Only the codes RFC 6749 section 5.2 defines: an endpoint that echoes what it was
+            // sent cannot put it in an answer through here.
+            let code = [
+                "invalid_request",
+                "invalid_client",
+                "invalid_grant",
+                "unauthorized_client",
+                "unsupported_grant_type",
+                "invalid_scope",
+            ]
+            .into_iter()
+            .find(|c| *c == error)
+            .unwrap_or("refused");
             return Err(failed(
-                &code,
+                code,
                 format!("the token endpoint refused the grant ({status})"),
             ));
         }
