@@ -449,6 +449,30 @@ async fn nobody_decides_their_own_call_or_reads_another_callers() {
     assert!(revoke.status.success(), "{revoke:?}");
     let (st, v) = decide(&s, &approver_tok, &own, "approve").await;
     says(st, &v, 403, "not_approver");
+    // An approver scoped to other rows neither sees the call nor decides it.
+    let elsewhere = sign(&claims(
+        &s,
+        &["ECHO"],
+        Watch {
+            approver: true,
+            ..Watch::default()
+        },
+    ));
+    let (st, _, v) = send(
+        reqwest::Method::GET,
+        s.url("/api/approvals"),
+        Some(&elsewhere),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, v["pending"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{v}"
+    );
+    let (st, v) = decide(&s, &elsewhere, &own, "approve").await;
+    says(st, &v, 403, "not_approver");
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
     // A live approver token may: the call runs as its caller, not as the approver.
     let second = claims(
         &s,

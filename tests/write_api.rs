@@ -1074,3 +1074,62 @@ async fn a_row_read_as_stored_is_written_back_with_if_match() {
     assert_eq!(content["writable"], true);
     assert!(list["schema"]["properties"].is_object());
 }
+
+/// Where an `oauth:` row sends its client secret is its API and its token endpoint: a token's
+/// write that moves the endpoint (even to another origin the variables are bound to) or
+/// widens the scope decides where a secret goes, and is refused without the credential named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_cannot_move_an_oauth_rows_token_endpoint_without_the_credential() {
+    let oauth = |endpoint: &str, scope: &str| {
+        format!(
+            "key: SHOP_ORDERS\ntype: http\ntarget: GET https://api.shop.example/orders\ncategory: shop\nauth: 'oauth:{{\"token_url\": \"{endpoint}\", \"client_id\": \"$SHOP_ID\", \"client_secret\": \"$SHOP_SECRET\", \"scope\": \"{scope}\"}}'\ncontent: |\n  # WHAT: List the shop's orders.\n  # WHEN_TO_USE: Tests.\n  # ARGS: none\n  # EX: none\n  # OUTPUT: JSON\n"
+        )
+    };
+    let s = Served::start(Mode::Direct, |repo| {
+        let origins = "[\"https://api.shop.example\", \"https://auth.shop.example\", \"https://other.shop.example\"]";
+        repo.write(
+            "bindings.yaml",
+            &format!("credentials:\n  SHOP_ID:\n    origins: {origins}\n  SHOP_SECRET:\n    origins: {origins}\n"),
+        );
+        repo.write(
+            "SHOP_ORDERS.yaml",
+            &oauth("https://auth.shop.example/token", "read"),
+        );
+        repo.commit("An oauth row", "2024-01-02T10:00:00Z");
+    })
+    .await;
+    let writer = token(&["SHOP_ORDERS"], &[]);
+    let put = |yaml: String| {
+        let s = &s;
+        let writer = writer.clone();
+        async move {
+            s.send(
+                "PUT",
+                "/api/directory/SHOP_ORDERS",
+                Some(&writer),
+                "application/yaml",
+                yaml,
+            )
+            .await
+        }
+    };
+    for (what, yaml) in [
+        (
+            "another endpoint",
+            oauth("https://other.shop.example/token", "read"),
+        ),
+        (
+            "a wider scope",
+            oauth("https://auth.shop.example/token", "read write"),
+        ),
+    ] {
+        let (st, v) = put(yaml).await;
+        assert_eq!(st, 403, "{what}: {v}");
+        assert_eq!(v["error"]["code"], "scope", "{what}: {v}");
+    }
+    // What does not change where the secret goes is the token's to write.
+    let (st, v) = put(oauth("https://auth.shop.example/token", "read")
+        .replace("List the shop's orders.", "List every order of the shop."))
+    .await;
+    assert_eq!(st, 201, "{v}");
+}

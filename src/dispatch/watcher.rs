@@ -241,6 +241,17 @@ impl Dispatcher {
         }
     }
 
+    /// Whether `caller` may decide `p`: an approver token with keys or categories decides the
+    /// calls of those rows only (one without decides any); the owner any.
+    fn approver_covers(caller: &Caller, p: &Pending, category: &str) -> bool {
+        match caller {
+            Caller::Token(c) if !c.keys.is_empty() || !c.categories.is_empty() => {
+                c.covers(&p.key, category)
+            }
+            _ => true,
+        }
+    }
+
     /// Whether `caller` may see the queue and decide: the owner, or an approver token that is
     /// neither revoked nor expired.
     async fn check_approver(&self, caller: &Caller) -> Result<(), DispatchError> {
@@ -272,7 +283,20 @@ impl Dispatcher {
             .pending_approvals(now)
             .await
             .map_err(|e| DispatchError::unavailable("the approvals could not be read", e))?;
-        Ok(pending.iter().map(|a| self.view(a, now)).collect())
+        let live = self.live();
+        Ok(pending
+            .iter()
+            .filter(|a| {
+                let category = live
+                    .invoker
+                    .rows()
+                    .get(&a.pending.key)
+                    .map(|c| c.row.category.as_str())
+                    .unwrap_or_default();
+                Self::approver_covers(caller, &a.pending, category)
+            })
+            .map(|a| self.view(a, now))
+            .collect())
     }
 
     /// One approval, for the owner, an approver, or the caller who asked for it.
@@ -430,6 +454,22 @@ impl Dispatcher {
         }
         check_undecided(&found)?;
         let live = self.live();
+        let category = live
+            .invoker
+            .rows()
+            .get(&p.key)
+            .map(|c| c.row.category.clone())
+            .unwrap_or_default();
+        if !Self::approver_covers(decider, p, &category) {
+            return Err(ApprovalRefusal::refuse(
+                "not_approver",
+                format!(
+                    "{} may decide calls of its own rows, not {}",
+                    decider.actor(),
+                    p.key
+                ),
+            ));
+        }
         if approve {
             let current = live
                 .invoker
