@@ -108,19 +108,7 @@ async fn fixture_model(
             .with_state(model.clone()),
     )
     .await;
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let upstream = common::serve(axum::Router::new().route(
-        "/hit/{x}",
-        axum::routing::get(move || {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                "hit"
-            }
-        }),
-    ))
-    .await;
+    let (upstream, hits) = counting_upstream("hit").await;
     let fn_row = |key: &str, target: &str| {
         format!(
             "key: {key}\ntype: fn\ntarget: {target}\ncategory: text\ncontent: |\n  # WHAT: {key}, a tool for the agent tests.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=text\n  # EX: hi\n  # OUTPUT: text\n  [\"$1\"]\n"
@@ -166,6 +154,24 @@ async fn fixture_model(
     s.config.agent.limits = limits;
     let state = AppState::new(s).expect("state");
     (f, state, model, hits)
+}
+
+/// A loopback upstream answering `answer` on `/hit/{x}`, and how often it was asked.
+async fn counting_upstream(answer: &'static str) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let upstream = common::serve(axum::Router::new().route(
+        "/hit/{x}",
+        axum::routing::get(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                answer
+            }
+        }),
+    ))
+    .await;
+    (upstream, hits)
 }
 
 async fn invoke(state: &AppState, body: &str) -> (StatusCode, Json) {
@@ -501,19 +507,7 @@ async fn an_approved_agent_call_does_not_approve_the_sensitive_tools_its_model_p
             .with_state(model),
     )
     .await;
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let upstream = common::serve(axum::Router::new().route(
-        "/hit/{x}",
-        axum::routing::get(move || {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                "opened"
-            }
-        }),
-    ))
-    .await;
+    let (upstream, hits) = counting_upstream("opened").await;
     // A sensitive tool on the counting upstream, and a sensitive agent that may call it.
     let schema =
         "input_schema:\n  type: object\n  properties:\n    x: {type: string}\n  required: [x]\n";

@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use axum::routing::get;
-use capdir::access::token::{self, Claims, Risk, TokenKey};
+use capdir::access::token::{Claims, Risk, TokenKey};
 use capdir::dispatch::TreeBudget;
 use capdir::ledger::SqliteLedger;
 use capdir::serve::{AppState, Settings, app};
@@ -133,20 +133,9 @@ fn budgeted(f: &Built, model: &str, budget: TreeBudget) -> AppState {
 fn claims(keys: &[&str], risk: Risk, exp_in: i64) -> Claims {
     let now = chrono::Utc::now().timestamp();
     Claims {
-        id: token::new_id(),
-        iat: now,
         exp: now + exp_in,
-        aud: BASE.into(),
-        keys: keys.iter().map(|k| k.to_string()).collect(),
-        categories: vec![],
-        write: vec![],
         risk,
-        pin: None,
-        body: None,
-        max_payload: None,
-        credentials: vec![],
-        watch: Default::default(),
-        parent: None,
+        ..common::claims_for(BASE, keys)
     }
 }
 

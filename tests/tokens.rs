@@ -173,22 +173,9 @@ fn key() -> TokenKey {
 }
 
 fn claims(keys: &[&str]) -> Claims {
-    let now = chrono::Utc::now().timestamp();
     Claims {
-        id: token::new_id(),
-        iat: now,
-        exp: now + 3600,
-        aud: BASE.into(),
-        keys: keys.iter().map(|k| k.to_string()).collect(),
-        categories: vec![],
-        write: vec![],
-        risk: Risk::Low,
-        pin: None,
-        body: None,
-        max_payload: None,
-        credentials: vec![],
-        watch: Default::default(),
-        parent: None,
+        exp: chrono::Utc::now().timestamp() + 3600,
+        ..common::claims_for(BASE, keys)
     }
 }
 

@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use capdir::access::token::{self, Claims, Risk, TokenKey};
+use capdir::access::token::{Claims, TokenKey};
 use capdir::build::Options;
 use capdir::ledger::SqliteLedger;
 use capdir::serve::{AppState, Settings, app};
@@ -208,22 +208,9 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 fn token(write: &[&str], keys: &[&str]) -> String {
-    let now = chrono::Utc::now().timestamp();
     let claims = Claims {
-        id: token::new_id(),
-        iat: now,
-        exp: now + 600,
-        aud: BASE.into(),
-        keys: keys.iter().map(|k| k.to_string()).collect(),
-        categories: vec![],
         write: write.iter().map(|w| w.to_string()).collect(),
-        risk: Risk::Low,
-        pin: None,
-        body: None,
-        max_payload: None,
-        credentials: vec![],
-        watch: Default::default(),
-        parent: None,
+        ..crate::common::claims_for(BASE, keys)
     };
     TokenKey::from_text(TOKEN_KEY).expect("key").sign(&claims)
 }
