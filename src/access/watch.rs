@@ -353,13 +353,15 @@ pub fn nested_counters(
         }
     }
     if cost_micro_usd > 0
-        && let Some(c) = counters(watch, "", "", now, token_exp)
-            .into_iter()
-            .find(|c| c.name == COST)
+        && let Some(limit) = watch.max_cost_micro_usd
     {
         out.push(Counter {
+            name: COST.into(),
             add: cost_micro_usd,
-            ..c
+            limit,
+            expires: token_exp,
+            kind: Limit::Budget,
+            what: What::Cost,
         });
     }
     out

@@ -74,8 +74,10 @@ pub(super) struct Tree {
     /// A person approved the top-level call: the steps its row composes run without the
     /// caller's risk ceiling (a tag a model wrote still needs it).
     approved: bool,
-    /// The nested calls that ran, as (key, SHA-256 of the input), for the caller's counters.
+    /// The nested calls that ran, as (key, SHA-256 of the input), for the caller's counters;
+    /// kept only when the caller is a token with limits.
     ran: Mutex<Vec<(String, String)>>,
+    counting: bool,
 }
 
 /// What calls sharing one budget have spent: a tree's own, or every tag of one routed text.
@@ -113,7 +115,9 @@ pub(super) struct Root {
 
 impl Tree {
     pub(super) fn new(root: Root, budget: TreeBudget, spent: Arc<Spent>) -> Tree {
+        let counting = matches!(&root.caller, Caller::Token(c) if c.watch.has_limits());
         Tree {
+            counting,
             done: Mutex::new(Vec::new()),
             sent: Mutex::new(Vec::new()),
             actor: root.caller.actor(),
@@ -261,7 +265,7 @@ impl Authority for Tree {
             input: secrets::redact(node.input, &self.secrets),
             output: secrets::redact(&outcome.output, &self.secrets),
         };
-        if outcome.status != Status::Refused {
+        if self.counting && outcome.status != Status::Refused {
             self.ran
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

@@ -322,15 +322,18 @@ impl Dispatcher {
         wait: std::time::Duration,
     ) -> Result<Poll, DispatchError> {
         let deadline = tokio::time::Instant::now() + wait;
+        // Who may read it is asked once; the wait reads only the approval again.
+        let mut found = self
+            .find_approval(id, chrono::Utc::now().timestamp())
+            .await?;
+        if !self.may_read(caller, &found).await {
+            return Err(ApprovalRefusal::refuse(
+                "unknown_approval",
+                format!("no approval {id} of yours"),
+            ));
+        }
         loop {
             let now = chrono::Utc::now().timestamp();
-            let found = self.find_approval(id, now).await?;
-            if !self.may_read(caller, &found).await {
-                return Err(ApprovalRefusal::refuse(
-                    "unknown_approval",
-                    format!("no approval {id} of yours"),
-                ));
-            }
             match found.state.as_str() {
                 watch::DENIED => {
                     let note = found
@@ -362,6 +365,9 @@ impl Dispatcher {
                 return Ok(Poll::Waiting(Box::new(self.view(&found, now))));
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            found = self
+                .find_approval(id, chrono::Utc::now().timestamp())
+                .await?;
         }
     }
 

@@ -139,7 +139,8 @@ pub(super) async fn dispatch_get(
         // Only the links the dispatcher made, each for its own row: a row's `what` is its
         // author's text, and is left as it is.
         let mut answer = answer;
-        let share = |url: &str, key: &str| super::share::share_link(&state, &caller, url, key);
+        let share =
+            |url: &str, key: &str| super::share::share_link(&state, &live, &caller, url, key);
         if let Some(best) = answer.best.as_mut() {
             best.run_now_url = share(&best.run_now_url, &best.key);
             best.contract_url = share(&best.contract_url, &best.key);

@@ -45,12 +45,18 @@ pub(super) fn with_shares(state: &AppState, caller: &Caller, text: &str, only: &
 
 /// `url` (a link the dispatcher made for the row `only`) with a share token, when it is a
 /// link to this dispatcher naming that row and the caller may share it.
-pub(super) fn share_link(state: &AppState, caller: &Caller, url: &str, only: &str) -> String {
+pub(super) fn share_link(
+    state: &AppState,
+    live: &crate::dispatch::Live,
+    caller: &Caller,
+    url: &str,
+    only: &str,
+) -> String {
     let prefix = format!("{}/api/dispatch?", state.inner.base);
     let Some(query) = url.strip_prefix(&prefix) else {
         return url.to_string();
     };
-    match share_for(state, &state.live(), caller, query, only) {
+    match share_for(state, live, caller, query, only) {
         Some(token) => format!("{url}&share={token}"),
         None => url.to_string(),
     }
