@@ -19,6 +19,7 @@ pub mod ledger;
 pub mod row;
 pub mod search;
 pub mod serve;
+pub mod trust;
 pub mod write;
 
 /// Threads worth running at once for CPU-bound work: the machine's cores, 1 when unknown.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_capdir");
-const OWNER: &str = "deployment-owner-key";
+pub(crate) const OWNER: &str = "deployment-owner-key";
 /// The signing key every dispatcher behind the load balancer shares (a test value).
 const TOKEN_KEY: &str = "deployment-test-token-key-0123456789abcdef";
 const KEY: &str = "DEPLOY_SHOUT";
@@ -43,7 +43,7 @@ asks:
     )
 }
 
-fn capdir(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
+pub(crate) fn capdir(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .current_dir(dir)
@@ -55,7 +55,7 @@ fn capdir(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
     cmd.output().expect("run capdir")
 }
 
-fn text(o: &Output) -> String {
+pub(crate) fn text(o: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
@@ -64,7 +64,7 @@ fn text(o: &Output) -> String {
 }
 
 /// Kills its process when dropped.
-struct Process(Child);
+pub(crate) struct Process(pub(crate) Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -75,7 +75,7 @@ impl Drop for Process {
 
 /// `python3 -m http.server` serving `dir` on `port`: a static host that knows nothing of
 /// capdir.
-fn static_host(dir: &Path, port: u16, log: &Path) -> Process {
+pub(crate) fn static_host(dir: &Path, port: u16, log: &Path) -> Process {
     let log = std::fs::File::create(log).expect("log");
     Process(
         Command::new("python3")
@@ -125,7 +125,7 @@ async fn get(client: &reqwest::Client, url: &str) -> (u16, String) {
 }
 
 /// Wait until `check` returns true, at most `limit`.
-async fn eventually<F, Fut>(limit: Duration, what: &str, check: F)
+pub(crate) async fn eventually<F, Fut>(limit: Duration, what: &str, check: F)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -150,7 +150,7 @@ async fn followed_commit(client: &reqwest::Client, port: u16) -> String {
 }
 
 /// `/metrics` as the owner reads it.
-async fn owner_metrics(client: &reqwest::Client, port: u16) -> String {
+pub(crate) async fn owner_metrics(client: &reqwest::Client, port: u16) -> String {
     let r = client
         .get(format!("http://127.0.0.1:{port}/metrics"))
         .header("x-owner-key", OWNER)
@@ -160,7 +160,7 @@ async fn owner_metrics(client: &reqwest::Client, port: u16) -> String {
     r.text().await.expect("body")
 }
 
-async fn metric(client: &reqwest::Client, port: u16, name: &str) -> f64 {
+pub(crate) async fn metric(client: &reqwest::Client, port: u16, name: &str) -> f64 {
     let metrics = owner_metrics(client, port).await;
     metrics
         .lines()

@@ -43,6 +43,7 @@ mod search;
 mod secret_scan;
 mod server;
 mod server_crash;
+mod signed_builds;
 mod static_files;
 mod tokens;
 mod url_agent;

@@ -16,6 +16,10 @@ use std::path::{Path, PathBuf};
 /// The manifest's file name at the root of the site.
 pub const FILE: &str = "build.json";
 
+/// The signature of a signed build's manifest, beside it (`capdir build --sign`): a signed
+/// note over the manifest's SHA-256. Like the manifest, in no manifest.
+pub const SIG_FILE: &str = "build.json.sig";
+
 /// The manifest format this capdir writes and reads.
 pub const FORMAT: u32 = 1;
 
@@ -37,6 +41,19 @@ pub struct Manifest {
     pub capdir: String,
     /// Every file of the site but the manifest and the build's own caches, by path.
     pub files: Vec<Entry>,
+    /// Set when the build is signed: a number that only grows from one published build to
+    /// the next (the catalogue's commit count), so a follower refuses an older build
+    /// (rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u64>,
+    /// Set when the build is signed (RFC 3339): past it a follower that checks signatures
+    /// refuses the build, so a host that keeps serving a stale one (freeze) is noticed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
+    /// The keys a follower trusts from this build on (a rotation: a build signed by the old
+    /// key names the new one). Empty: the keys it trusts stay.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
 }
 
 /// One file of a build.
@@ -154,7 +171,7 @@ fn site_files(root: &Path) -> Result<Vec<(String, PathBuf)>> {
                 .strip_prefix(root)
                 .map(|p| p.to_string_lossy().replace('\\', "/"))
                 .unwrap_or_default();
-            if rel != FILE {
+            if rel != FILE && rel != SIG_FILE {
                 out.push((rel, path));
             }
         }
@@ -200,10 +217,14 @@ pub fn write(dir: &Path, commit: &str, previous: Option<&Path>) -> Result<Manife
         commit: commit.to_string(),
         capdir: env!("CARGO_PKG_VERSION").to_string(),
         files: entries,
+        number: None,
+        expires: None,
+        keys: Vec::new(),
     };
     let text = serde_json::to_string(&manifest)? + "\n";
     std::fs::write(dir.join(FILE), text)
         .with_context(|| format!("writing {}", dir.join(FILE).display()))?;
+    unsigned(dir)?;
     Ok(manifest)
 }
 
@@ -248,7 +269,7 @@ pub fn update(
         .collect();
     let touched: Vec<&String> = touched
         .iter()
-        .filter(|r| is_safe_path(r) && *r != FILE)
+        .filter(|r| is_safe_path(r) && *r != FILE && *r != SIG_FILE)
         .collect();
     // Hashed on all cores: the files that list every row are megabytes each. A path, and
     // its entry when the file is there.
@@ -276,10 +297,25 @@ pub fn update(
         commit: commit.to_string(),
         capdir: env!("CARGO_PKG_VERSION").to_string(),
         files: files.into_values().collect(),
+        number: None,
+        expires: None,
+        keys: Vec::new(),
     };
     let text = serde_json::to_string(&manifest)? + "\n";
     crate::build::incremental::replace(&site.join(FILE), text.as_bytes())?;
+    unsigned(site)?;
     Ok(manifest)
+}
+
+/// A manifest written anew is not the one any signature beside it signed: the signature goes
+/// (`capdir build --sign` signs the new one).
+fn unsigned(site: &Path) -> Result<()> {
+    match std::fs::remove_file(site.join(SIG_FILE)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", site.join(SIG_FILE).display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod history;
 pub mod incremental;
 pub mod manifest;
 pub mod projection;
+pub mod sign;
 pub mod site;
 pub mod snapshot;
 

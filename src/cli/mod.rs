@@ -11,6 +11,7 @@ mod eval;
 mod import;
 mod import_mcp;
 mod invoke;
+mod key;
 mod ledger;
 mod mcp;
 mod new;
@@ -63,8 +64,10 @@ enum Command {
     /// The calls waiting for a person's approval on a running dispatcher: list, show,
     /// approve, deny.
     Approvals(approvals::Args),
-    /// Check or read the receipt ledger.
+    /// Check or read the receipt ledger; verify a checkpoint and proofs offline.
     Ledger(ledger::Args),
+    /// Make a signing key for builds or for the receipt log, and print its public key.
+    Key(key::Args),
     /// Show or reset the per-credential circuit breakers.
     Breaker(breaker::Args),
 }
@@ -87,6 +90,7 @@ pub fn run() -> ExitCode {
         Command::Share(a) => share::run(a),
         Command::Approvals(a) => approvals::run(a),
         Command::Ledger(a) => ledger::run(a),
+        Command::Key(a) => key::run(a),
         Command::Breaker(a) => breaker::run(a),
     };
     match result {

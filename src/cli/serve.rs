@@ -42,6 +42,11 @@ pub(super) struct Args {
     /// poll for newer builds. How N dispatchers stay on one build with no shared disk.
     #[arg(long, value_name = "URL")]
     follow: Option<String>,
+    /// With --follow: serve only builds signed by this public key (`NAME+ID+KEY`, as `capdir
+    /// key new` prints it, or a file holding it), or by keys a build it signed hands trust
+    /// to; refuse unsigned, wrongly signed, older (rollback) and expired (freeze) builds.
+    #[arg(long, value_name = "KEY", requires = "follow")]
+    trust: Option<String>,
     /// How often to poll the followed site (e.g. 30s).
     #[arg(long, value_name = "DURATION", value_parser = parse_seconds, default_value = "30s")]
     follow_interval: u64,
@@ -60,6 +65,48 @@ pub(super) struct Args {
     limits: Limits,
     #[command(flatten)]
     egress: super::EgressArgs,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+/// The receipt log's signed checkpoints.
+#[derive(clap::Args)]
+struct LogArgs {
+    /// The key the receipt log's checkpoints are signed with (as `capdir key new` writes it;
+    /// or $CAPDIR_LOG_KEY holding the key itself). Default `<data>/log.key`, made at the first
+    /// start and named for the dispatcher's address (`HOST:PORT/ledger`). Not the token key,
+    /// not a build key.
+    #[arg(long, value_name = "FILE")]
+    log_key: Option<PathBuf>,
+    /// How often a checkpoint is signed while the log grows (e.g. 60s); one is also signed on
+    /// demand (`GET /api/ledger/checkpoint`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_seconds, default_value = "60s")]
+    checkpoint_every: u64,
+    /// Where each checkpoint is also written, as `SIZE` and `latest`, so `capdir build
+    /// --checkpoints DIR` can publish copies; default `<data>/checkpoints`.
+    #[arg(long, value_name = "DIR")]
+    checkpoints: Option<PathBuf>,
+}
+
+impl LogArgs {
+    /// The log as the dispatcher keeps it: its key (read, given, or made) and where copies go.
+    fn open(self, data: &Path, base_url: &str) -> anyhow::Result<crate::dispatch::log::Log> {
+        let origin = format!(
+            "{}/ledger",
+            base_url
+                .split_once("://")
+                .map_or(base_url, |(_, rest)| rest)
+                .trim_end_matches('/')
+        );
+        let (key, source) = match super::key::read_from(self.log_key.as_deref(), "CAPDIR_LOG_KEY")?
+        {
+            Some(key) => (key, "given"),
+            None => super::key::read_or_make(&data.join("log.key"), &origin)?,
+        };
+        tracing::info!(key = %key.verifier(), source, "receipt log: checkpoints are signed with this key");
+        let dir = self.checkpoints.unwrap_or_else(|| data.join("checkpoints"));
+        Ok(crate::dispatch::log::Log::new(key, Some(dir)))
+    }
 }
 
 /// The dispatcher's limits.
@@ -99,6 +146,15 @@ struct Limits {
     approval_ttl: u64,
 }
 
+/// A public key given as its text or as a file holding it.
+fn read_public_key(text: &str) -> anyhow::Result<crate::trust::note::Verifier> {
+    let text = match Path::new(text).is_file() {
+        true => std::fs::read_to_string(text)?,
+        false => text.to_string(),
+    };
+    Ok(crate::trust::note::Verifier::parse(&text)?)
+}
+
 fn parse_ttl_secs(s: &str) -> Result<u64, String> {
     crate::access::token::parse_ttl(s).map(|n| n as u64)
 }
@@ -117,8 +173,12 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
 
 /// Follow `url` into `site` before serving: the first build must arrive (a few tries, a
 /// second apart) unless `site` already holds one, which then serves until the next poll.
-async fn first_sync(url: &str, site: &Path) -> anyhow::Result<Follower> {
-    let follower = Follower::new(url, site)?;
+async fn first_sync(
+    url: &str,
+    site: &Path,
+    trust: Option<crate::trust::note::Verifier>,
+) -> anyhow::Result<Follower> {
+    let follower = Follower::new(url, site, trust)?;
     let held = site.join("catalogue.sqlite").exists();
     let mut attempt = 0;
     loop {
@@ -172,14 +232,20 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         follow,
         follow_interval,
         egress,
+        log,
         ..
     } = a;
+    let checkpoint_every = std::time::Duration::from_secs(log.checkpoint_every);
+    let log = log.open(&crate::invoke::breaker::data_dir(data.clone()), &base_url)?;
     crate::serve::ledger_outside_site(&site, &ledger.url)?;
     crate::serve::data_outside_site(&site, &crate::invoke::breaker::data_dir(data.clone()))?;
     let runtime = tokio::runtime::Runtime::new()?;
     let mut write = None;
     let follower = match (follow, a.catalogue) {
-        (Some(url), _) => Some(runtime.block_on(first_sync(&url, &site))?),
+        (Some(url), _) => {
+            let trust = a.trust.as_deref().map(read_public_key).transpose()?;
+            Some(runtime.block_on(first_sync(&url, &site, trust))?)
+        }
         (None, Some(catalogue)) => {
             let options = crate::build::Options {
                 dispatcher_url: base_url.clone(),
@@ -285,6 +351,8 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         let state = AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
+        state.dispatcher().keep_log(log);
+        state.dispatcher().spawn_checkpoints(checkpoint_every);
         if let Some(f) = follower {
             let every = std::time::Duration::from_secs(follow_interval);
             state.dispatcher().follow(Arc::new(f), every);

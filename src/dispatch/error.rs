@@ -70,6 +70,12 @@ pub enum DispatchError {
     },
     /// A request about an approval refused (unknown, not an approver, decided already, …).
     Approval(ApprovalRefusal),
+    /// This dispatcher signs no checkpoints of its receipt log.
+    NoLog,
+    /// No checkpoint of this tree size was issued.
+    NoCheckpoint(u64),
+    /// A consistency proof asked between sizes the log does not have in that order.
+    BadTreeSizes { old: u64, new: u64, size: u64 },
 }
 
 /// How a row that was dispatched failed.
@@ -123,6 +129,9 @@ impl DispatchError {
             DispatchError::PendingApproval { .. } => "pending_approval",
             DispatchError::Limited { limit, .. } => limit.as_str(),
             DispatchError::Approval(r) => r.code,
+            DispatchError::NoLog => "no_log",
+            DispatchError::NoCheckpoint(_) => "unknown_checkpoint",
+            DispatchError::BadTreeSizes { .. } => "bad_tree_sizes",
         }
     }
 
@@ -155,6 +164,13 @@ impl DispatchError {
             ),
             DispatchError::Limited { message, .. } => message.clone(),
             DispatchError::Approval(r) => r.message.clone(),
+            DispatchError::NoLog => "this dispatcher signs no checkpoints of its log".into(),
+            DispatchError::NoCheckpoint(size) => {
+                format!("no checkpoint of the log at size {size} was issued")
+            }
+            DispatchError::BadTreeSizes { old, new, size } => format!(
+                "a consistency proof goes from a smaller tree to a larger one the log has: {old} to {new} asked, the log has {size}"
+            ),
         }
     }
 
@@ -213,6 +229,15 @@ impl DispatchError {
             }
             .into(),
             DispatchError::Approval(r) => r.how_to_fix().into(),
+            DispatchError::NoLog => {
+                "ask the dispatcher's operator for its log key (capdir serve signs with one by default)".into()
+            }
+            DispatchError::NoCheckpoint(_) => {
+                "GET /api/ledger/checkpoint for the latest, and prove against that".into()
+            }
+            DispatchError::BadTreeSizes { .. } => {
+                "send ?from=OLD&to=NEW with OLD <= NEW <= the latest checkpoint's size".into()
+            }
         }
     }
 

@@ -6,9 +6,19 @@
 //! staging directory is dropped and the reason goes to the log and to `/metrics`.
 //!
 //! This is how N dispatchers behind a load balancer stay on one build with no shared disk.
+//!
+//! With `--trust KEY` the follower also checks who published the build (`build::sign`): the
+//! manifest's signature by a trusted key, a build number no lower than the one served
+//! (rollback), an expiry not past (freeze, also noticed when the host keeps answering the
+//! build already held). A build that names new keys, signed by a trusted one, hands trust over
+//! to them (a rotation); the keys trusted are kept beside the site (`.capdir-trust`) so a
+//! restart keeps them. Without `--trust`, digests prove the files match the manifest, not who
+//! made it, and the log says so.
 
 use crate::build::manifest::{self, Manifest};
+use crate::build::sign::{self, Refusal};
 use crate::build::{swap_into_place, temp_dir_beside};
+use crate::trust::note::Verifier;
 use anyhow::{Context as _, Result, anyhow, bail};
 use futures_util::TryStreamExt as _;
 use sha2::{Digest, Sha256};
@@ -35,6 +45,45 @@ pub struct FollowStatus {
     pub updates: u64,
     pub failures: u64,
     pub polls: u64,
+    /// `signed` when builds are checked against trusted keys, else `integrity-only`.
+    pub verification: &'static str,
+    /// The build number of the build in place, when it was signed.
+    pub number: Option<u64>,
+    /// Builds refused for who published them, by reason (`unsigned`, `bad_signature`,
+    /// `rollback`, `expired`, `unnumbered`).
+    pub refusals: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// The file beside a followed site's files that keeps the keys trusted (hidden: in no
+/// manifest, never served).
+const TRUST_FILE: &str = ".capdir-trust";
+
+/// What a follower that checks signatures trusts.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Trusted {
+    /// The key given with `--trust`: what the operator trusts at the start.
+    root: String,
+    /// The keys trusted now (the root, or those a rotation handed trust to).
+    keys: Vec<String>,
+}
+
+impl Trusted {
+    /// The keys trusted by a follower started with `--trust root` on `site`: those kept there
+    /// from a rotation, when they grew from the same root; else the root alone.
+    fn load(root: &Verifier, site: &Path) -> Vec<Verifier> {
+        let kept = std::fs::read(site.join(TRUST_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Trusted>(&b).ok())
+            .filter(|t| t.root == root.to_string())
+            .map(|t| {
+                t.keys
+                    .iter()
+                    .filter_map(|k| Verifier::parse(k).ok())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|keys| !keys.is_empty());
+        kept.unwrap_or_else(|| vec![root.clone()])
+    }
 }
 
 /// What one poll did.
@@ -76,11 +125,32 @@ pub struct Follower {
     /// The manifest's ETag when it was last fetched whole.
     etag: Mutex<Option<String>>,
     status: Mutex<FollowStatus>,
+    /// With `--trust`: the key given, and the keys trusted now.
+    trust: Option<(Verifier, Mutex<Vec<Verifier>>)>,
+}
+
+/// Why an update failed: who published it (refused), or anything else (the fetch, a digest).
+enum Failed {
+    Refused(Refusal),
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failed {
+    fn from(e: anyhow::Error) -> Failed {
+        Failed::Other(e)
+    }
+}
+
+impl From<Refusal> for Failed {
+    fn from(r: Refusal) -> Failed {
+        Failed::Refused(r)
+    }
 }
 
 impl Follower {
-    /// Follow the site published at `url` into `site`.
-    pub fn new(url: &str, site: &Path) -> Result<Follower> {
+    /// Follow the site published at `url` into `site`; with `trust`, only builds signed by
+    /// that key (or keys it handed trust to).
+    pub fn new(url: &str, site: &Path, trust: Option<Verifier>) -> Result<Follower> {
         let mut text = url.trim().to_string();
         if !text.ends_with('/') {
             text.push('/');
@@ -99,15 +169,34 @@ impl Follower {
             .timeout(Duration::from_secs(120))
             .build()
             .context("building the follower's HTTP client")?;
-        let commit = Manifest::read(site).map(|m| m.commit).unwrap_or_default();
+        let held = Manifest::read(site);
         let shown = without_credentials(&base);
+        match &trust {
+            Some(key) => {
+                tracing::info!(url = %shown, key = %key, "follow: builds must be signed by a trusted key")
+            }
+            None => {
+                tracing::warn!(url = %shown, "follow: no --trust key, so integrity only: every file is checked against the manifest, but not who published it")
+            }
+        }
+        let trust = trust.map(|root| {
+            let keys = Trusted::load(&root, site);
+            (root, Mutex::new(keys))
+        });
         Ok(Follower {
             status: Mutex::new(FollowStatus {
                 url: shown.to_string(),
-                commit,
+                commit: held.as_ref().map(|m| m.commit.clone()).unwrap_or_default(),
+                number: held.as_ref().and_then(|m| m.number),
                 last_outcome: "none",
+                verification: if trust.is_some() {
+                    "signed"
+                } else {
+                    "integrity-only"
+                },
                 ..FollowStatus::default()
             }),
+            trust,
             userinfo: userinfo(&base),
             shown,
             base,
@@ -133,9 +222,14 @@ impl Follower {
     /// Poll once: fetch the manifest and, when it describes another build, that build. The
     /// outcome is recorded in the status and logged.
     pub async fn poll(&self) -> Result<Polled> {
+        let (result, refused) = match self.update().await {
+            Ok(p) => (Ok(p), None),
+            Err(Failed::Refused(r)) => (Err(anyhow!("refused: {r}")), Some(r.code())),
+            Err(Failed::Other(e)) => (Err(e), None),
+        };
         // An error may quote the URL it fetched, credentials and all: cut them before the
         // error is recorded, logged or returned.
-        let result = self.update().await.map_err(|e| {
+        let result = result.map_err(|e| {
             let mut error = format!("{e:#}");
             if let Some(userinfo) = &self.userinfo {
                 error = error.replace(userinfo.as_str(), "");
@@ -145,12 +239,16 @@ impl Follower {
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.polls += 1;
         status.last_poll = Some(chrono::Utc::now().timestamp());
+        if let Some(code) = refused {
+            *status.refusals.entry(code).or_default() += 1;
+        }
         match &result {
             Ok(Polled::Unchanged) => status.last_outcome = "unchanged",
             Ok(Polled::Updated { commit, fetched }) => {
                 status.last_outcome = "updated";
                 status.updates += 1;
                 status.commit = commit.clone();
+                status.number = Manifest::read(&self.site).and_then(|m| m.number);
                 status.last_error = None;
                 tracing::info!(commit = %commit, fetched, url = %self.shown, "followed a new build");
             }
@@ -165,8 +263,44 @@ impl Follower {
         result
     }
 
-    async fn update(&self) -> Result<Polled> {
-        let url = self.base.join(manifest::FILE)?;
+    /// The published signature, when the follower checks them: `None` when the host has
+    /// none (404).
+    async fn signature(&self) -> Result<Option<String>> {
+        let url = self.base.join(manifest::SIG_FILE)?;
+        let response = self
+            .client
+            .get(url.clone())
+            .send()
+            .await
+            .with_context(|| format!("fetching {url}"))?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !response.status().is_success() {
+            bail!("{url} answered {}", response.status());
+        }
+        let bytes = read_at_most(response, crate::trust::note::MAX_NOTE_BYTES as u64)
+            .await
+            .with_context(|| format!("reading {url}"))?;
+        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// The build held is past its expiry: whatever the host answers, say so (a freeze).
+    fn held_expired(&self, held: Option<&Manifest>) -> Result<(), Refusal> {
+        if self.trust.is_none() {
+            return Ok(());
+        }
+        match held {
+            Some(h) => sign::admit(h, None, chrono::Utc::now().timestamp()),
+            None => Ok(()),
+        }
+    }
+
+    async fn update(&self) -> Result<Polled, Failed> {
+        let url = self
+            .base
+            .join(manifest::FILE)
+            .map_err(anyhow::Error::from)?;
         let mut request = self.client.get(url.clone());
         let known_etag = self.etag.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(etag) = &known_etag {
@@ -176,11 +310,13 @@ impl Follower {
             .send()
             .await
             .with_context(|| format!("fetching {url}"))?;
+        let held = Manifest::read(&self.site);
         if response.status() == reqwest::StatusCode::NOT_MODIFIED {
+            self.held_expired(held.as_ref())?;
             return Ok(Polled::Unchanged);
         }
         if !response.status().is_success() {
-            bail!("{url} answered {}", response.status());
+            return Err(anyhow!("{url} answered {}", response.status()).into());
         }
         let etag = response
             .headers()
@@ -190,19 +326,68 @@ impl Follower {
         let bytes = read_at_most(response, manifest::MAX_BYTES as u64)
             .await
             .with_context(|| format!("reading {url}"))?;
+        // Who published it is checked before anything the manifest names is fetched.
+        let signature = match &self.trust {
+            Some((_, keys)) => {
+                let signature = self.signature().await?;
+                let keys = keys.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                sign::verify(&bytes, signature.as_deref(), &keys)?;
+                signature
+            }
+            None => None,
+        };
         let wanted = Manifest::parse(&bytes).with_context(|| format!("reading {url}"))?;
-        let held = Manifest::read(&self.site);
+        if self.trust.is_some() {
+            sign::admit(&wanted, held.as_ref(), chrono::Utc::now().timestamp())?;
+        }
         if held.as_ref() == Some(&wanted) {
             *self.etag.lock().unwrap_or_else(|p| p.into_inner()) = etag;
             return Ok(Polled::Unchanged);
         }
-        let fetched = self.install(&wanted, held.as_ref(), &bytes).await?;
+        let fetched = self
+            .install(&wanted, held.as_ref(), &bytes, signature.as_deref())
+            .await?;
+        self.adopt_keys(&wanted);
         // Only a manifest whose build is in place is remembered as seen.
         *self.etag.lock().unwrap_or_else(|p| p.into_inner()) = etag;
         Ok(Polled::Updated {
             commit: wanted.commit,
             fetched,
         })
+    }
+
+    /// The keys trusted once `wanted` is in place: those it names (a rotation signed by a key
+    /// trusted now), else the same; and how they are kept beside the site.
+    fn trusted_after(&self, wanted: &Manifest) -> Option<(Trusted, Vec<Verifier>)> {
+        let (root, keys) = self.trust.as_ref()?;
+        let named: Vec<Verifier> = wanted
+            .keys
+            .iter()
+            .filter_map(|k| Verifier::parse(k).ok())
+            .collect();
+        let keys = match named.is_empty() {
+            true => keys.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            false => named,
+        };
+        let kept = Trusted {
+            root: root.to_string(),
+            keys: keys.iter().map(Verifier::to_string).collect(),
+        };
+        Some((kept, keys))
+    }
+
+    /// Trust what the build now in place names.
+    fn adopt_keys(&self, wanted: &Manifest) {
+        if let (Some((_, now)), Some((_, keys))) = (self.trusted_after(wanted), &self.trust) {
+            let mut held = keys.lock().unwrap_or_else(|p| p.into_inner());
+            if *held != now {
+                tracing::info!(
+                    keys = %now.iter().map(Verifier::to_string).collect::<Vec<_>>().join(" "),
+                    "follow: the build hands trust over to new keys"
+                );
+                *held = now;
+            }
+        }
     }
 
     /// Stage the build `wanted` beside the site (files already held are linked, the rest
@@ -212,10 +397,17 @@ impl Follower {
         wanted: &Manifest,
         held: Option<&Manifest>,
         raw: &[u8],
+        signature: Option<&str>,
     ) -> Result<usize> {
         let stage = temp_dir_beside(&self.site)?;
         let result = self.stage(&stage, wanted, held).await.and_then(|fetched| {
             std::fs::write(stage.join(manifest::FILE), raw)?;
+            if let Some(signature) = signature {
+                std::fs::write(stage.join(manifest::SIG_FILE), signature)?;
+            }
+            if let Some((kept, _)) = self.trusted_after(wanted) {
+                std::fs::write(stage.join(TRUST_FILE), serde_json::to_vec(&kept)?)?;
+            }
             swap_into_place(&stage, &self.site)?;
             Ok(fetched)
         });
@@ -322,7 +514,7 @@ mod tests {
             .port();
         let site = std::env::temp_dir().join(format!("capdir-follow-{port}"));
         let url = format!("http://reader:s3cr3t-pass@127.0.0.1:{port}/site/");
-        let follower = Follower::new(&url, &site).expect("follower");
+        let follower = Follower::new(&url, &site, None).expect("follower");
         assert_eq!(
             follower.shown_url(),
             format!("http://127.0.0.1:{port}/site/")

@@ -10,6 +10,7 @@
 mod error;
 pub mod follow;
 mod live;
+pub mod log;
 mod tree;
 mod watcher;
 
@@ -162,6 +163,8 @@ pub struct Dispatcher {
     reloads: watch::Sender<u64>,
     /// The published site this dispatcher follows (`serve --follow`), if any.
     follower: std::sync::OnceLock<Arc<Follower>>,
+    /// The key its receipt log's checkpoints are signed with, if it signs them.
+    log: std::sync::OnceLock<Arc<log::Log>>,
     /// Held while a build changed in place is put live (`update`): the reloader, which would
     /// load the same change again from disk, skips its turn meanwhile.
     swapping: Mutex<()>,
@@ -187,6 +190,7 @@ impl Dispatcher {
             invocations: Counts::default(),
             reloads: watch::Sender::new(0),
             follower: std::sync::OnceLock::new(),
+            log: std::sync::OnceLock::new(),
             swapping: Mutex::new(()),
         })
     }

@@ -10,6 +10,7 @@
 
 pub mod postgres;
 pub mod sqlite;
+pub mod tlog;
 pub mod watch;
 
 use crate::access::token::Claims;
@@ -122,6 +123,13 @@ fn chain_hash_body(prev_hash: &str, seq: i64, body: &str) -> String {
     hex::encode(h.finalize())
 }
 
+/// Does a receipt's `hash` hold for its contents and `prev_hash`? (What an outside verifier
+/// asks of a receipt it was handed, with no ledger to walk.)
+pub fn hash_holds(receipt: &Receipt) -> bool {
+    serde_json::to_string(&receipt.draft)
+        .is_ok_and(|body| chain_hash_body(&receipt.prev_hash, receipt.seq, &body) == receipt.hash)
+}
+
 /// The hash the first receipt chains from.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -220,6 +228,16 @@ pub trait Ledger: Send + Sync {
     /// The durability setting of the connection receipts are committed on, as read back from
     /// it (`synchronous=full`, `synchronous_commit=on`); none before the writer has started.
     fn durability(&self) -> Option<String>;
+    /// How many receipts the Merkle tree covers (every committed receipt: the tree's nodes
+    /// are committed with them).
+    fn tree_size(&self) -> BoxFuture<'_, Result<u64>>;
+    /// The stored tree nodes at these `(level, index)` coordinates (those it has).
+    fn tree_nodes<'a>(&'a self, wanted: &'a [(u32, u64)]) -> BoxFuture<'a, Result<tlog::Nodes>>;
+    /// Keep a signed checkpoint of the tree at `size` (a second one of the same size is
+    /// ignored: the first stays).
+    fn record_checkpoint<'a>(&'a self, size: u64, note: &'a str) -> BoxFuture<'a, Result<()>>;
+    /// A kept checkpoint: of the tree at `size`, or the latest when none is named.
+    fn checkpoint(&self, size: Option<u64>) -> BoxFuture<'_, Result<Option<(u64, String)>>>;
     /// Remember a minted token's claims under its id (for `capdir token list`). Recording
     /// the same id again changes nothing.
     fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>>;

@@ -16,6 +16,7 @@
 //! `capdir_migrations`; a database migrated by a newer capdir is refused rather than guessed at.
 //! The circuit breakers' state lives here too (`breakers`), so every dispatcher sees one count.
 
+use super::tlog;
 use super::watch::{self, Approval, Decision, Pending};
 use super::{
     BoxFuture, Draft, Job, Ledger, Link, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
@@ -24,6 +25,7 @@ use super::{
 use crate::access::token::Claims;
 use crate::access::watch::Counter;
 use crate::invoke::breaker::{BreakerState, BreakerStore};
+use crate::trust::merkle::{self, Frontier};
 use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::HashMap;
@@ -94,6 +96,21 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
            n BIGINT NOT NULL,
            expires BIGINT NOT NULL,
            PRIMARY KEY (token, name)
+         );",
+    ),
+    (
+        5,
+        "the receipt log's Merkle tree and its signed checkpoints",
+        "CREATE TABLE merkle (
+           level INTEGER NOT NULL,
+           idx BIGINT NOT NULL,
+           hash BYTEA NOT NULL,
+           PRIMARY KEY (level, idx)
+         );
+         CREATE TABLE checkpoints (
+           size BIGINT PRIMARY KEY,
+           note TEXT NOT NULL,
+           issued_at TEXT NOT NULL
          );",
     ),
 ];
@@ -247,6 +264,11 @@ struct WriterConn {
     lock: Statement,
     last: Statement,
     insert: Statement,
+    /// The tree's new nodes, inserted with their receipts.
+    put_nodes: Statement,
+    /// The tree's right edge after this writer's last batch; reloaded when another
+    /// dispatcher appended since.
+    frontier: Option<Frontier>,
     /// `SHOW synchronous_commit` on this connection.
     synchronous: String,
 }
@@ -277,13 +299,67 @@ impl WriterConn {
                                       $6::text[], $7::text[])",
             )
             .await?;
+        let put_nodes = client
+            .prepare(
+                "INSERT INTO merkle (level, idx, hash)
+                 SELECT * FROM UNNEST($1::int4[], $2::int8[], $3::bytea[])",
+            )
+            .await?;
         Ok(WriterConn {
             client,
             lock,
             last,
             insert,
+            put_nodes,
+            frontier: None,
             synchronous,
         })
+    }
+
+    /// The tree's right edge for the first `size` receipts, inside the batch's transaction
+    /// (the append lock held), catching the stored tree up from the receipts' hashes when it
+    /// is behind (a ledger made before the tree).
+    async fn frontier_at(&self, size: u64) -> Result<Frontier> {
+        let c = &self.client;
+        let stored: u64 = c
+            .query_one(
+                "SELECT coalesce(max(idx) + 1, 0) FROM merkle WHERE level = 0",
+                &[],
+            )
+            .await?
+            .get::<_, i64>(0) as u64;
+        if stored > size {
+            bail!("the ledger's tree has {stored} leaves but only {size} receipts");
+        }
+        let nodes = read_nodes(c, &Frontier::coordinates(stored)).await?;
+        let mut frontier = Frontier::load(stored, &nodes)
+            .ok_or_else(|| anyhow::anyhow!("the ledger's tree lacks a node of its right edge"))?;
+        if stored < size {
+            let rows = c
+                .query(
+                    "SELECT hash FROM receipts WHERE seq > $1 ORDER BY seq",
+                    &[&(stored as i64)],
+                )
+                .await?;
+            let mut nodes = Vec::new();
+            for r in &rows {
+                nodes.extend(frontier.push(tlog::leaf(r.get(0))?));
+            }
+            if frontier.size() != size {
+                bail!("the ledger's receipts are not numbered 1 to {size}");
+            }
+            self.insert_nodes(&nodes).await?;
+            tracing::info!(receipts = size, "the receipt log's Merkle tree caught up");
+        }
+        Ok(frontier)
+    }
+
+    async fn insert_nodes(&self, nodes: &[merkle::Node]) -> Result<u64> {
+        let (levels, idxs, hashes) = node_columns(nodes);
+        Ok(self
+            .client
+            .execute(&self.put_nodes, &[&levels, &idxs, &hashes])
+            .await?)
     }
 
     /// One batch in one transaction: lock, read the last link, insert, commit. The statements
@@ -305,7 +381,15 @@ impl WriterConn {
             Some(row) => (row.get(0), row.get(1)),
             None => (0, super::GENESIS.to_string()),
         };
+        let mut edge = match self.frontier.take() {
+            Some(f) if f.size() == last.0 as u64 => f,
+            _ => self.frontier_at(last.0 as u64).await?,
+        };
         let links = link(last, jobs);
+        let mut nodes = Vec::with_capacity(links.len() * 2);
+        for (_, _, hash) in &links {
+            nodes.extend(edge.push(tlog::leaf(hash)?));
+        }
         let seqs: Vec<i64> = links.iter().map(|l| l.0).collect();
         let ids: Vec<&str> = entries(jobs).map(|e| e.draft.id.as_str()).collect();
         let bodies: Vec<&str> = entries(jobs).map(|e| e.body.as_str()).collect();
@@ -316,15 +400,49 @@ impl WriterConn {
             entries(jobs).map(|e| e.draft.repairs.as_deref()).collect();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
             [&seqs, &ids, &bodies, &prevs, &hashes, &roots, &repairs];
-        let (inserted, committed) =
-            tokio::join!(c.execute(&self.insert, &params), c.batch_execute("COMMIT"),);
+        let (levels, idxs, node_hashes) = node_columns(&nodes);
+        let node_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&levels, &idxs, &node_hashes];
+        let (inserted, put, committed) = tokio::join!(
+            c.execute(&self.insert, &params),
+            c.execute(&self.put_nodes, &node_params),
+            c.batch_execute("COMMIT"),
+        );
         let inserted = inserted?;
+        put?;
         committed?;
         if inserted != links.len() as u64 {
             bail!("{inserted} of {} receipts were inserted", links.len());
         }
+        self.frontier = Some(edge);
         Ok(links)
     }
+}
+
+/// Tree nodes as the three arrays `UNNEST` takes.
+fn node_columns(nodes: &[merkle::Node]) -> (Vec<i32>, Vec<i64>, Vec<&[u8]>) {
+    (
+        nodes.iter().map(|n| n.0 as i32).collect(),
+        nodes.iter().map(|n| n.1 as i64).collect(),
+        nodes.iter().map(|n| &n.2[..]).collect(),
+    )
+}
+
+/// The stored tree nodes at these coordinates, in one query.
+async fn read_nodes(c: &Client, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
+    let levels: Vec<i32> = wanted.iter().map(|w| w.0 as i32).collect();
+    let idxs: Vec<i64> = wanted.iter().map(|w| w.1 as i64).collect();
+    let rows = c
+        .query(
+            "SELECT m.level, m.idx, m.hash FROM merkle m
+             JOIN UNNEST($1::int4[], $2::int8[]) AS w(level, idx)
+               ON m.level = w.level AND m.idx = w.idx",
+            &[&levels, &idxs],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| tlog::stored_hash(r.get::<_, i32>(0) as i64, r.get(1), r.get(2)))
+        .collect()
 }
 
 async fn writer(
@@ -384,6 +502,59 @@ impl Ledger for PgLedger {
 
     fn durability(&self) -> Option<String> {
         self.stats.durability.get().cloned()
+    }
+
+    fn tree_size(&self) -> BoxFuture<'_, Result<u64>> {
+        Box::pin(async move {
+            let rows = self
+                .reader
+                .query(
+                    "SELECT coalesce(max(idx) + 1, 0) FROM merkle WHERE level = 0",
+                    &[],
+                )
+                .await
+                .with_context(|| format!("reading the tree's size from {}", self.reader.url))?;
+            Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
+        })
+    }
+
+    fn tree_nodes<'a>(&'a self, wanted: &'a [(u32, u64)]) -> BoxFuture<'a, Result<tlog::Nodes>> {
+        Box::pin(async move {
+            let conn = self.reader.conn().await?;
+            read_nodes(&conn.client, wanted)
+                .await
+                .with_context(|| format!("reading tree nodes from {}", self.reader.url))
+        })
+    }
+
+    fn record_checkpoint<'a>(&'a self, size: u64, note: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.reader
+                .query(
+                    "INSERT INTO checkpoints (size, note, issued_at) VALUES ($1, $2, $3)
+                     ON CONFLICT (size) DO NOTHING",
+                    &[&(size as i64), &note, &now_rfc3339()],
+                )
+                .await
+                .with_context(|| format!("keeping a checkpoint in {}", self.reader.url))?;
+            Ok(())
+        })
+    }
+
+    fn checkpoint(&self, size: Option<u64>) -> BoxFuture<'_, Result<Option<(u64, String)>>> {
+        Box::pin(async move {
+            let size = size.map(|s| s as i64);
+            let rows = self
+                .reader
+                .query(
+                    "SELECT size, note FROM checkpoints
+                     WHERE $1::int8 IS NULL OR size = $1 ORDER BY size DESC LIMIT 1",
+                    &[&size],
+                )
+                .await
+                .with_context(|| format!("reading checkpoints from {}", self.reader.url))?;
+            Ok(rows.first().map(|r| (r.get::<_, i64>(0) as u64, r.get(1))))
+        })
     }
 
     fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>> {

@@ -6,6 +6,7 @@
 //! oneshot. The transaction is IMMEDIATE, so it holds the write lock before it reads the last
 //! link: two processes on the same file wait for each other instead of forking the chain.
 
+use super::tlog;
 use super::watch::{self, Approval, Counters, Decision, Pending};
 use super::{
     BoxFuture, Draft, Job, Ledger, Link, Receipt, Stats, TokenEntry, Verdict, Walk, answer_all,
@@ -13,6 +14,7 @@ use super::{
 };
 use crate::access::token::Claims;
 use crate::access::watch::Counter;
+use crate::trust::merkle::{self, Frontier};
 use anyhow::{Context as _, Result, bail};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
@@ -63,6 +65,17 @@ CREATE TABLE IF NOT EXISTS counters (
   n INTEGER NOT NULL,
   expires INTEGER NOT NULL,
   PRIMARY KEY (token, name)
+);
+CREATE TABLE IF NOT EXISTS merkle (
+  level INTEGER NOT NULL,
+  idx INTEGER NOT NULL,
+  hash BLOB NOT NULL,
+  PRIMARY KEY (level, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+  size INTEGER PRIMARY KEY NOT NULL,
+  note TEXT NOT NULL,
+  issued_at TEXT NOT NULL
 );";
 
 /// The columns a receipt names its tree's root and the call it repairs in (added to ledgers
@@ -189,10 +202,77 @@ fn last_link(db: &Connection) -> rusqlite::Result<(i64, String)> {
         .unwrap_or((0, super::GENESIS.to_string())))
 }
 
-/// Commit one batch of receipts in one transaction (one fsync) and return their links.
-fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
+/// How many leaves the stored tree has.
+fn stored_tree_size(db: &Connection) -> rusqlite::Result<u64> {
+    db.prepare_cached("SELECT idx FROM merkle WHERE level = 0 ORDER BY idx DESC LIMIT 1")?
+        .query_row([], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|last| last.map_or(0, |i| i as u64 + 1))
+}
+
+fn put_nodes(db: &Connection, nodes: &[merkle::Node]) -> rusqlite::Result<()> {
+    let mut put = db.prepare_cached("INSERT INTO merkle (level, idx, hash) VALUES (?1, ?2, ?3)")?;
+    for (level, idx, hash) in nodes {
+        put.execute(params![level, *idx as i64, &hash[..]])?;
+    }
+    Ok(())
+}
+
+fn read_nodes(db: &Connection, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
+    let mut get = db.prepare_cached("SELECT hash FROM merkle WHERE level = ?1 AND idx = ?2")?;
+    let mut out = tlog::Nodes::new();
+    for &(level, idx) in wanted {
+        let found: Option<Vec<u8>> = get
+            .query_row(params![level, idx as i64], |r| r.get(0))
+            .optional()?;
+        if let Some(bytes) = found {
+            let (at, hash) = tlog::stored_hash(level as i64, idx as i64, &bytes)?;
+            out.insert(at, hash);
+        }
+    }
+    Ok(out)
+}
+
+/// The tree's right edge for the first `size` receipts, catching the stored tree up from the
+/// receipts' hashes when it is behind (a ledger made before the tree, in this transaction).
+fn frontier_at(db: &Connection, size: u64) -> Result<Frontier> {
+    let stored = stored_tree_size(db)?;
+    if stored > size {
+        bail!("the ledger's tree has {stored} leaves but only {size} receipts");
+    }
+    let nodes = read_nodes(db, &Frontier::coordinates(stored))?;
+    let mut frontier = Frontier::load(stored, &nodes)
+        .ok_or_else(|| anyhow::anyhow!("the ledger's tree lacks a node of its right edge"))?;
+    if stored < size {
+        let mut q = db.prepare("SELECT hash FROM receipts WHERE seq > ?1 ORDER BY seq")?;
+        let mut rows = q.query([stored as i64])?;
+        while let Some(r) = rows.next()? {
+            let hash: String = r.get(0)?;
+            put_nodes(db, &frontier.push(tlog::leaf(&hash)?))?;
+        }
+        if frontier.size() != size {
+            bail!("the ledger's receipts are not numbered 1 to {size}");
+        }
+        tracing::info!(receipts = size, "the receipt log's Merkle tree caught up");
+    }
+    Ok(frontier)
+}
+
+/// Commit one batch of receipts in one transaction (one fsync) and return their links; the
+/// tree's new nodes go in the same transaction. `frontier` is the writer's right edge of the
+/// tree, kept between batches and reloaded when another process appended meanwhile.
+fn commit_batch(
+    db: &mut Connection,
+    jobs: &[Job],
+    frontier: &mut Option<Frontier>,
+) -> Result<Vec<Link>> {
     let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let links = link(last_link(&tx)?, jobs);
+    let last = last_link(&tx)?;
+    let mut edge = match frontier.take() {
+        Some(f) if f.size() == last.0 as u64 => f,
+        _ => frontier_at(&tx, last.0 as u64)?,
+    };
+    let links = link(last, jobs);
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
@@ -209,9 +289,22 @@ fn commit_batch(db: &mut Connection, jobs: &[Job]) -> Result<Vec<Link>> {
                 entry.draft.repairs
             ])?;
         }
+        for (_, _, hash) in &links {
+            put_nodes(&tx, &edge.push(tlog::leaf(hash)?))?;
+        }
     }
     tx.commit()?;
+    *frontier = Some(edge);
     Ok(links)
+}
+
+/// Bring the tree up to the chain before the first batch (a ledger made before the tree).
+fn catch_up(db: &mut Connection) -> Result<Frontier> {
+    let tx = db.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let size = last_link(&tx)?.0 as u64;
+    let frontier = frontier_at(&tx, size)?;
+    tx.commit()?;
+    Ok(frontier)
 }
 
 fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
@@ -225,10 +318,17 @@ fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stat
             _ => "unknown",
         });
     let _ = stats.durability.set(format!("synchronous={synchronous}"));
+    let mut frontier = match catch_up(&mut db) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "the receipt log's tree could not catch up");
+            None
+        }
+    };
     while let Some(first) = rx.blocking_recv() {
         let jobs = batch(first, &mut rx);
         let started = Instant::now();
-        let result = commit_batch(&mut db, &jobs);
+        let result = commit_batch(&mut db, &jobs, &mut frontier);
         stats.add(started.elapsed());
         answer_all(jobs, result);
     }
@@ -270,6 +370,49 @@ impl Ledger for SqliteLedger {
 
     fn durability(&self) -> Option<String> {
         self.stats.durability.get().cloned()
+    }
+
+    fn tree_size(&self) -> BoxFuture<'_, Result<u64>> {
+        let path = self.path.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || Ok(stored_tree_size(&read_only(&path)?)?)).await?
+        })
+    }
+
+    fn tree_nodes<'a>(&'a self, wanted: &'a [(u32, u64)]) -> BoxFuture<'a, Result<tlog::Nodes>> {
+        let (path, wanted) = (self.path.clone(), wanted.to_vec());
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || read_nodes(&read_only(&path)?, &wanted)).await?
+        })
+    }
+
+    fn record_checkpoint<'a>(&'a self, size: u64, note: &'a str) -> BoxFuture<'a, Result<()>> {
+        let note = note.to_string();
+        self.on_tokens(move |db| {
+            db.execute(
+                "INSERT INTO checkpoints (size, note, issued_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (size) DO NOTHING",
+                params![size as i64, note, now_rfc3339()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn checkpoint(&self, size: Option<u64>) -> BoxFuture<'_, Result<Option<(u64, String)>>> {
+        self.on_tokens(move |db| {
+            let sql = match size {
+                Some(_) => "SELECT size, note FROM checkpoints WHERE size = ?1",
+                None => {
+                    "SELECT size, note FROM checkpoints WHERE ?1 IS NULL ORDER BY size DESC LIMIT 1"
+                }
+            };
+            Ok(db
+                .prepare_cached(sql)?
+                .query_row([size.map(|s| s as i64)], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
+                })
+                .optional()?)
+        })
     }
 
     fn record_token<'a>(&'a self, claims: &'a Claims) -> BoxFuture<'a, Result<()>> {

@@ -31,9 +31,11 @@ pub(super) struct DispatchQuery {
     body: Option<String>,
     /// A capability token carried in the URL (run-now links, contracts).
     share: Option<String>,
+    /// With `confirm`: the receipt's inclusion proof against the latest signed checkpoint.
+    proof: Option<String>,
 }
 
-const QUERY_HELP: &str = "use ?ask=…, ?key=K&format=markdown|json, ?invoke=K&body=…&share=TOKEN, ?confirm=inv_…, ?map=1 or ?registry=1[&category=C]";
+const QUERY_HELP: &str = "use ?ask=…, ?key=K&format=markdown|json, ?invoke=K&body=…&share=TOKEN, ?confirm=inv_…[&proof=1], ?map=1 or ?registry=1[&category=C]";
 
 /// The caller of a GET: a `share` token in the URL when there is one (a run-now link is
 /// the whole credential; headers are then not read), else the request's headers.
@@ -163,7 +165,8 @@ pub(super) async fn dispatch_get(
     }
     if let Some(id) = q.confirm {
         limit_keyless(&state, &headers, &extensions)?;
-        return confirm(&state, &id).await;
+        let with_proof = q.proof.as_deref().is_some_and(|p| p != "0");
+        return confirm(&state, &id, with_proof).await;
     }
     if q.map.is_some() {
         return Ok(axum::Json(json!({
@@ -310,9 +313,9 @@ pub(super) fn limit_keyless(
     })
 }
 
-async fn confirm(state: &AppState, id: &str) -> Result<Response, ApiError> {
+async fn confirm(state: &AppState, id: &str, with_proof: bool) -> Result<Response, ApiError> {
     let r = state.dispatcher().find_receipt(id).await?;
-    Ok(axum::Json(json!({
+    let mut answer = json!({
         "confirmed": true,
         "receipt": r.draft.id,
         "status": r.draft.status,
@@ -321,8 +324,13 @@ async fn confirm(state: &AppState, id: &str) -> Result<Response, ApiError> {
         "output_sha256": r.draft.output_sha256,
         "contract_sha256": r.draft.contract_sha256,
         "hash": r.hash,
-    }))
-    .into_response())
+    });
+    if with_proof {
+        let proof = state.dispatcher().inclusion_proof(r.seq).await?;
+        answer["seq"] = json!(r.seq);
+        answer["proof"] = json!(proof);
+    }
+    Ok(axum::Json(answer).into_response())
 }
 
 /// Who sends a POST that runs rows: a credential is needed, unless the dispatcher is `--open`.
@@ -545,6 +553,34 @@ pub(super) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -
             "# HELP capdir_follow_polls_total Polls of the followed site, by result.\n# TYPE capdir_follow_polls_total counter\ncapdir_follow_polls_total{{result=\"updated\"}} {}\ncapdir_follow_polls_total{{result=\"failed\"}} {}\ncapdir_follow_polls_total{{result=\"any\"}} {}",
             f.updates, f.failures, f.polls
         );
+        let _ = writeln!(
+            out,
+            "# HELP capdir_follow_verification_info How followed builds are checked: signed (a trusted key) or integrity-only (digests).\n# TYPE capdir_follow_verification_info gauge\ncapdir_follow_verification_info{{mode=\"{}\"}} 1",
+            f.verification
+        );
+        let _ = writeln!(
+            out,
+            "# HELP capdir_follow_refusals_total Published builds refused for who published them, by reason.\n# TYPE capdir_follow_refusals_total counter"
+        );
+        for reason in [
+            "unsigned",
+            "bad_signature",
+            "unnumbered",
+            "rollback",
+            "expired",
+        ] {
+            let _ = writeln!(
+                out,
+                "capdir_follow_refusals_total{{reason=\"{reason}\"}} {}",
+                f.refusals.get(reason).copied().unwrap_or(0)
+            );
+        }
+        if let Some(n) = f.number {
+            let _ = writeln!(
+                out,
+                "# HELP capdir_follow_build_number The signed build number in place.\n# TYPE capdir_follow_build_number gauge\ncapdir_follow_build_number {n}"
+            );
+        }
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -142,9 +142,11 @@ impl From<DispatchError> for ApiError {
             DispatchError::Saturated { .. } | DispatchError::Unavailable { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            DispatchError::UnknownKey { .. } | DispatchError::UnknownReceipt => {
-                StatusCode::NOT_FOUND
-            }
+            DispatchError::UnknownKey { .. }
+            | DispatchError::UnknownReceipt
+            | DispatchError::NoLog
+            | DispatchError::NoCheckpoint(_) => StatusCode::NOT_FOUND,
+            DispatchError::BadTreeSizes { .. } => StatusCode::BAD_REQUEST,
             DispatchError::Token { reason, .. } => reason_status(*reason),
             DispatchError::Anonymous { .. } => StatusCode::UNAUTHORIZED,
             DispatchError::RepairsUnknown { .. } | DispatchError::RepairsNotFailed { .. } => {

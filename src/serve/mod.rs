@@ -14,6 +14,7 @@ mod approvals;
 mod directory;
 mod error;
 mod files;
+mod ledger;
 mod limit;
 pub mod listen;
 pub mod mcp;
@@ -217,7 +218,7 @@ fn table() -> [(
     &'static str,
     &'static [&'static str],
     MethodRouter<AppState>,
-); 14] {
+); 17] {
     [
         (
             "/api/dispatch",
@@ -248,6 +249,13 @@ fn table() -> [(
                 .delete(mcp::http::end_session),
         ),
         ("/openapi.json", &["get"], get(api::openapi)),
+        ("/api/ledger/checkpoint", &["get"], get(ledger::checkpoint)),
+        ("/api/ledger/key", &["get"], get(ledger::key)),
+        (
+            "/api/ledger/consistency",
+            &["get"],
+            get(ledger::consistency),
+        ),
         ("/api/approvals", &["get"], get(approvals::list)),
         (
             "/api/approvals/{id}",
