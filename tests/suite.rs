@@ -35,6 +35,7 @@ mod mcp_sdk;
 mod oauth;
 mod openapi;
 mod readme;
+mod receipt_log;
 mod receipt_page;
 mod row_schema;
 mod scale_out;

@@ -306,6 +306,10 @@ struct Walk {
     prev: String,
     expected_seq: i64,
     count: u64,
+    /// The Merkle tree over the receipts walked, and every node it made, by level and index,
+    /// to compare with the stored ones at the end.
+    tree: crate::trust::merkle::Frontier,
+    nodes: Vec<Vec<crate::trust::merkle::Hash>>,
 }
 
 impl Walk {
@@ -314,6 +318,8 @@ impl Walk {
             prev: GENESIS.to_string(),
             expected_seq: 1,
             count: 0,
+            tree: crate::trust::merkle::Frontier::default(),
+            nodes: Vec::new(),
         }
     }
 
@@ -359,13 +365,50 @@ impl Walk {
         self.prev = hash.to_string();
         self.expected_seq += 1;
         self.count += 1;
+        for (level, _, node) in self.tree.push(tlog::leaf(hash)?) {
+            if self.nodes.len() <= level as usize {
+                self.nodes.resize_with(level as usize + 1, Vec::new);
+            }
+            self.nodes[level as usize].push(node);
+        }
         Ok(None)
     }
 
-    fn finish(self) -> Verdict {
-        Verdict::Intact {
-            receipts: self.count,
+    /// Every link held: the tree stored beside the chain must be the tree of the receipts
+    /// walked, node for node. `stored` gives the stored nodes in `(level, index)` order.
+    fn finish(
+        self,
+        stored: impl IntoIterator<Item = Result<crate::trust::merkle::Node>>,
+    ) -> Result<Verdict> {
+        let size = self.tree.size();
+        let broken = |why: String| Verdict::Broken {
+            seq: self.expected_seq - 1,
+            id: "the Merkle tree".into(),
+            why,
+        };
+        let mut seen = 0usize;
+        for node in stored {
+            let (level, index, hash) = node?;
+            let expected = self
+                .nodes
+                .get(level as usize)
+                .and_then(|l| l.get(index as usize));
+            if expected != Some(&hash) {
+                return Ok(broken(format!(
+                    "the tree node at level {level}, index {index} is not the one the {size} receipts make: it was changed or added"
+                )));
+            }
+            seen += 1;
         }
+        let made: usize = self.nodes.iter().map(Vec::len).sum();
+        if seen != made {
+            return Ok(broken(format!(
+                "the tree has {seen} of the {made} nodes the {size} receipts make: nodes were removed"
+            )));
+        }
+        Ok(Verdict::Intact {
+            receipts: self.count,
+        })
     }
 }
 

@@ -919,6 +919,31 @@ impl Reader {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    /// Every stored tree node in `(level, index)` order, read in pages.
+    async fn all_nodes(&self) -> Result<Vec<merkle::Node>> {
+        const PAGE: i64 = 10_000;
+        let mut out = Vec::new();
+        let (mut level, mut idx) = (-1i32, -1i64);
+        loop {
+            let rows = self
+                .query(
+                    "SELECT level, idx, hash FROM merkle WHERE (level, idx) > ($1, $2)
+                     ORDER BY level, idx LIMIT $3",
+                    &[&level, &idx, &PAGE],
+                )
+                .await
+                .with_context(|| format!("reading tree nodes from {}", self.url))?;
+            for r in &rows {
+                (level, idx) = (r.get(0), r.get(1));
+                let ((l, i), h) = tlog::stored_hash(level as i64, idx, r.get(2))?;
+                out.push((l, i, h));
+            }
+            if (rows.len() as i64) < PAGE {
+                return Ok(out);
+            }
+        }
+    }
+
     /// Walk the chain in pages of `seq` order; stop at the first broken link.
     pub async fn verify(&self) -> Result<Verdict> {
         const PAGE: i64 = 5000;
@@ -941,7 +966,8 @@ impl Reader {
                 after = seq;
             }
             if (rows.len() as i64) < PAGE {
-                return Ok(walk.finish());
+                let nodes = self.all_nodes().await?;
+                return walk.finish(nodes.into_iter().map(Ok));
             }
         }
     }

@@ -636,5 +636,17 @@ pub fn verify(path: &Path) -> Result<Verdict> {
             return Ok(broken);
         }
     }
-    Ok(walk.finish())
+    let mut q = db.prepare("SELECT level, idx, hash FROM merkle ORDER BY level, idx")?;
+    let nodes = q.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, Vec<u8>>(2)?,
+        ))
+    })?;
+    walk.finish(nodes.map(|n| {
+        let (level, idx, bytes) = n?;
+        let ((l, i), h) = tlog::stored_hash(level, idx, &bytes)?;
+        Ok((l, i, h))
+    }))
 }

@@ -240,6 +240,17 @@ impl Served {
     /// Start `capdir serve` on the site in `dir/site`, with the ledger and data under `dir`
     /// and the given environment, and wait until it answers.
     pub async fn start(dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Served {
+        let ledger = format!("sqlite:{}", dir.join("ledger.sqlite").display());
+        Served::start_on(dir, &ledger, extra_args, env).await
+    }
+
+    /// [`Served::start`] on the ledger `ledger` (a PostgreSQL URL, say).
+    pub async fn start_on(
+        dir: &Path,
+        ledger: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Served {
         let port = free_port();
         let log = dir.join(format!("serve-{port}.log"));
         let out = std::fs::File::create(&log).expect("log file");
@@ -247,8 +258,7 @@ impl Served {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_capdir"));
         cmd.args(["serve", "--site"])
             .arg(dir.join("site"))
-            .args(["--addr", &format!("127.0.0.1:{port}"), "--ledger"])
-            .arg(format!("sqlite:{}", dir.join("ledger.sqlite").display()))
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--ledger", ledger])
             .arg("--data")
             .arg(dir.join("data"))
             .args(extra_args)
