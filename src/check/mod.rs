@@ -5,6 +5,7 @@
 //! revision, the asymmetric rule lets legacy rows be edited without being fixed in full, while
 //! a row that was clean must stay clean and a new row must be clean.
 
+pub mod review;
 pub mod scaffold;
 pub mod secrets;
 
@@ -838,6 +839,12 @@ pub fn against_base(current: &[SourceFile], checked: &mut Checked, base: &[Sourc
         &base_checked.bindings,
         &checked.bindings,
         current,
+    ));
+    checked.diags.extend(review::callable_changes(
+        &base_checked.rows,
+        &checked.rows,
+        &base_checked.bindings,
+        &checked.bindings,
     ));
 }
 

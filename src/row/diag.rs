@@ -5,12 +5,14 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// How bad a diagnostic is. Errors fail `check`; warnings are printed and pass.
+/// How bad a diagnostic is. Errors fail `check`; warnings are printed and pass; notices
+/// ask a reviewer to look (a row that calls differently, `check --base`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Error,
     Warning,
+    Notice,
 }
 
 /// One problem at one place in one file.
@@ -47,6 +49,24 @@ impl Diagnostic {
         }
     }
 
+    /// A notice at `path:line:col`: nothing wrong, something to review.
+    pub fn notice(
+        path: &Path,
+        at: (usize, usize),
+        code: &'static str,
+        message: impl Into<String>,
+        help: impl Into<String>,
+    ) -> Self {
+        Diagnostic {
+            severity: Severity::Notice,
+            ..Diagnostic::error(path, at, code, message, help)
+        }
+    }
+
+    pub fn is_notice(&self) -> bool {
+        self.severity == Severity::Notice
+    }
+
     pub fn warning(self) -> Self {
         Diagnostic {
             severity: Severity::Warning,
@@ -62,6 +82,7 @@ impl Diagnostic {
         match self.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
+            Severity::Notice => "notice",
         }
     }
 
@@ -120,19 +141,36 @@ pub fn sort(diags: &mut [Diagnostic]) {
     });
 }
 
-/// Render a full report in the chosen format; `rows` is how many rows were read.
+/// Render a full report in the chosen format; `rows` is how many rows were read. Notices
+/// (callable changes to review) come last, under a heading of their own in text.
 pub fn render(diags: &[Diagnostic], rows: usize, format: Format) -> String {
     let errors = diags.iter().filter(|d| d.is_error()).count();
-    let warnings = diags.len() - errors;
+    let notices = diags.iter().filter(|d| d.is_notice()).count();
+    let warnings = diags.len() - errors - notices;
+    let (problems, review): (Vec<&Diagnostic>, Vec<&Diagnostic>) =
+        diags.iter().partition(|d| !d.is_notice());
+    let review_line = match notices {
+        0 => String::new(),
+        n => format!(", {n} callable change{} to review", plural(n)),
+    };
     match format {
         Format::Text => {
             let mut out = String::new();
-            for d in diags {
+            for d in &problems {
                 out.push_str(&d.render_text());
+            }
+            if !review.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "\ncallable changes to review (what these rows do changed; their contract fingerprints differ from the base):"
+                );
+                for d in &review {
+                    out.push_str(&d.render_text());
+                }
             }
             let _ = writeln!(
                 out,
-                "checked {rows} row file{}: {errors} error{}, {warnings} warning{}",
+                "checked {rows} row file{}: {errors} error{}, {warnings} warning{}{review_line}",
                 plural(rows),
                 plural(errors),
                 plural(warnings)
@@ -141,21 +179,22 @@ pub fn render(diags: &[Diagnostic], rows: usize, format: Format) -> String {
         }
         Format::Github => {
             let mut out = String::new();
-            for d in diags {
+            for d in problems.iter().chain(&review) {
                 out.push_str(&d.render_github());
             }
             let unshown = errors.saturating_sub(ANNOTATIONS_SHOWN)
-                + warnings.saturating_sub(ANNOTATIONS_SHOWN);
+                + warnings.saturating_sub(ANNOTATIONS_SHOWN)
+                + notices.saturating_sub(ANNOTATIONS_SHOWN);
             if unshown > 0 {
                 let _ = writeln!(
                     out,
-                    "::notice title=capdir check::{unshown} more finding{} than GitHub shows as annotations (10 errors and 10 warnings a step): every one is in the step summary and in this log",
+                    "::notice title=capdir check::{unshown} more finding{} than GitHub shows as annotations (10 of each level a step): every one is in the step summary and in this log",
                     plural(unshown)
                 );
             }
             let _ = writeln!(
                 out,
-                "checked {rows} row files: {errors} errors, {warnings} warnings"
+                "checked {rows} row files: {errors} errors, {warnings} warnings{review_line}"
             );
             out
         }
@@ -165,6 +204,7 @@ pub fn render(diags: &[Diagnostic], rows: usize, format: Format) -> String {
                 "rows": rows,
                 "errors": errors,
                 "warnings": warnings,
+                "notices": notices,
                 "diagnostics": diags,
             });
             let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
@@ -181,11 +221,13 @@ const ANNOTATIONS_SHOWN: usize = 10;
 /// which has no limit of ten.
 pub fn step_summary(diags: &[Diagnostic], rows: usize) -> String {
     let errors = diags.iter().filter(|d| d.is_error()).count();
+    let notices = diags.iter().filter(|d| d.is_notice()).count();
+    let warnings = diags.len() - errors - notices;
     let mut out = format!(
-        "### capdir check: {errors} error{}, {} warning{} in {rows} row file{}\n\n",
+        "### capdir check: {errors} error{}, {warnings} warning{}, {notices} callable change{} to review in {rows} row file{}\n\n",
         plural(errors),
-        diags.len() - errors,
-        plural(diags.len() - errors),
+        plural(warnings),
+        plural(notices),
         plural(rows)
     );
     if diags.is_empty() {
