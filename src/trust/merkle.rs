@@ -119,7 +119,7 @@ pub fn subtree(start: u64, end: u64, node: &mut dyn FnMut(u32, u64) -> Hash) -> 
     if n == 0 {
         return empty_root();
     }
-    if n.is_power_of_two() && start % n == 0 {
+    if n.is_power_of_two() && start.is_multiple_of(n) {
         let level = n.trailing_zeros();
         return node(level, start >> level);
     }
