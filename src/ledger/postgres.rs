@@ -111,6 +111,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
            size BIGINT PRIMARY KEY,
            note TEXT NOT NULL,
            issued_at TEXT NOT NULL
+         );
+         CREATE TABLE merkle_edge (
+           id BOOLEAN PRIMARY KEY DEFAULT true CHECK (id),
+           size BIGINT NOT NULL,
+           edge BYTEA NOT NULL
          );",
     ),
 ];
@@ -266,6 +271,10 @@ struct WriterConn {
     insert: Statement,
     /// The tree's new nodes, inserted with their receipts.
     put_nodes: Statement,
+    /// The tree's right edge as last committed (one row), read in the same pipeline as the
+    /// last link, and written with each batch.
+    edge: Statement,
+    put_edge: Statement,
     /// The tree's right edge after this writer's last batch; reloaded when another
     /// dispatcher appended since.
     frontier: Option<Frontier>,
@@ -305,12 +314,23 @@ impl WriterConn {
                  SELECT * FROM UNNEST($1::int4[], $2::int8[], $3::bytea[])",
             )
             .await?;
+        // The tree's right edge is kept in one row beside it, so a writer whose last batch was
+        // not the last one (another dispatcher appended since) reads it with the last link.
+        let edge = client.prepare("SELECT size, edge FROM merkle_edge").await?;
+        let put_edge = client
+            .prepare(
+                "INSERT INTO merkle_edge (id, size, edge) VALUES (true, $1, $2)
+                 ON CONFLICT (id) DO UPDATE SET size = excluded.size, edge = excluded.edge",
+            )
+            .await?;
         Ok(WriterConn {
             client,
             lock,
             last,
             insert,
             put_nodes,
+            edge,
+            put_edge,
             frontier: None,
             synchronous,
         })
@@ -362,7 +382,8 @@ impl WriterConn {
             .await?)
     }
 
-    /// One batch in one transaction: lock, read the last link, insert, commit. The statements
+    /// One batch in one transaction: lock, read the last link (and the tree's right edge),
+    /// insert, commit. The statements
     /// are pipelined (sent without waiting for the previous answer; the server still runs them
     /// one after another), so a batch costs two round trips: BEGIN, lock and read; then insert
     /// and COMMIT. The read's snapshot is taken when it starts, after the lock is held. When
@@ -370,10 +391,11 @@ impl WriterConn {
     /// after a failed insert only ends the aborted transaction, and the insert's error counts.
     async fn commit(&mut self, jobs: &[Job]) -> Result<Vec<Link>> {
         let c = &self.client;
-        let (begun, locked, last) = tokio::join!(
+        let (begun, locked, last, edge_rows) = tokio::join!(
             c.batch_execute("BEGIN"),
             c.execute(&self.lock, &[&APPEND_LOCK]),
             c.query_opt(&self.last, &[]),
+            c.query_opt(&self.edge, &[]),
         );
         begun?;
         locked?;
@@ -381,9 +403,21 @@ impl WriterConn {
             Some(row) => (row.get(0), row.get(1)),
             None => (0, super::GENESIS.to_string()),
         };
+        let size = last.0 as u64;
         let mut edge = match self.frontier.take() {
-            Some(f) if f.size() == last.0 as u64 => f,
-            _ => self.frontier_at(last.0 as u64).await?,
+            Some(f) if f.size() == size => f,
+            // Another dispatcher appended since: the right edge read with the last link.
+            _ => {
+                let kept = edge_rows?.and_then(|r| {
+                    let kept: i64 = r.get(0);
+                    Frontier::from_edge(kept as u64, r.get(1)).filter(|f| f.size() == size)
+                });
+                match kept {
+                    Some(f) => f,
+                    // A ledger made before the tree, or an edge not yet kept.
+                    None => self.frontier_at(size).await?,
+                }
+            }
         };
         let links = link(last, jobs);
         let mut nodes = Vec::with_capacity(links.len() * 2);
@@ -403,13 +437,18 @@ impl WriterConn {
         let (levels, idxs, node_hashes) = node_columns(&nodes);
         let node_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
             [&levels, &idxs, &node_hashes];
-        let (inserted, put, committed) = tokio::join!(
+        let (edge_size, edge_bytes) = (edge.size() as i64, edge.edge());
+        let edge_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
+            [&edge_size, &edge_bytes];
+        let (inserted, put, put_edge, committed) = tokio::join!(
             c.execute(&self.insert, &params),
             c.execute(&self.put_nodes, &node_params),
+            c.execute(&self.put_edge, &edge_params),
             c.batch_execute("COMMIT"),
         );
         let inserted = inserted?;
         put?;
+        put_edge?;
         committed?;
         if inserted != links.len() as u64 {
             bail!("{inserted} of {} receipts were inserted", links.len());

@@ -75,6 +75,32 @@ impl Frontier {
         self.size
     }
 
+    /// The right edge as bytes: the pending roots, lowest level first (a ledger keeps it
+    /// beside the tree so a writer reads it in one row).
+    pub fn edge(&self) -> Vec<u8> {
+        self.pending
+            .iter()
+            .flatten()
+            .flat_map(|h| h.iter().copied())
+            .collect()
+    }
+
+    /// A frontier from [`Frontier::edge`]'s bytes for a tree of `size` leaves; `None` when they
+    /// are not that size's edge.
+    pub fn from_edge(size: u64, edge: &[u8]) -> Option<Frontier> {
+        if edge.len() != size.count_ones() as usize * 32 {
+            return None;
+        }
+        let mut hashes = edge.chunks_exact(32);
+        let mut pending = vec![None; 64];
+        for (l, slot) in pending.iter_mut().enumerate() {
+            if size >> l & 1 == 1 {
+                *slot = Some(hashes.next()?.try_into().ok()?);
+            }
+        }
+        Some(Frontier { size, pending })
+    }
+
     /// Append a leaf; returns the nodes to store: the leaf and each subtree it completes.
     pub fn push(&mut self, leaf: Hash) -> Vec<Node> {
         if self.pending.len() < 64 {
@@ -355,7 +381,9 @@ mod tests {
         let (_, _, f) = tree(37);
         assert_eq!(f.root(), reference_root(&tree(37).0));
         let (_, nodes, f) = tree(37);
-        assert_eq!(Frontier::load(37, &nodes), Some(f));
+        assert_eq!(Frontier::load(37, &nodes), Some(f.clone()));
+        assert_eq!(Frontier::from_edge(37, &f.edge()), Some(f.clone()));
+        assert_eq!(Frontier::from_edge(38, &f.edge()), None);
     }
 
     #[test]
