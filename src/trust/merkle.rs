@@ -383,7 +383,7 @@ mod tests {
         let (_, nodes, f) = tree(37);
         assert_eq!(Frontier::load(37, &nodes), Some(f.clone()));
         assert_eq!(Frontier::from_edge(37, &f.edge()), Some(f.clone()));
-        assert_eq!(Frontier::from_edge(38, &f.edge()), None);
+        assert_eq!(Frontier::from_edge(39, &f.edge()), None);
     }
 
     #[test]

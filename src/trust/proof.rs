@@ -207,4 +207,23 @@ mod tests {
             Err(ProofError::Inconsistent)
         );
     }
+
+    proptest::proptest! {
+        /// Whatever an auditor is handed as a proof (any index, size, hashes, checkpoint
+        /// text), checking it never panics and never succeeds without the key's signature.
+        #[test]
+        fn arbitrary_proofs_never_verify_and_never_panic(
+            leaf_index in 0u64..u64::MAX,
+            tree_size in 0u64..u64::MAX,
+            hashes in proptest::collection::vec("\\PC{0,50}", 0..80),
+            checkpoint in "\\PC{0,200}",
+            leaf in proptest::collection::vec(0u8..=255, 0..40),
+        ) {
+            let key = Signer::generate("fuzz.test/ledger").unwrap().verifier();
+            let proof = InclusionProof { leaf_index, tree_size, hashes: hashes.clone(), checkpoint: checkpoint.clone() };
+            proptest::prop_assert!(proof.verify(&leaf, &key, None).is_err());
+            let consistency = ConsistencyProof { old_size: leaf_index, new_size: tree_size, hashes };
+            proptest::prop_assert!(consistency.verify(&checkpoint, &checkpoint, &key).is_err());
+        }
+    }
 }
