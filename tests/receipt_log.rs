@@ -120,6 +120,8 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     Verifier::parse(&key).expect("a verifier key");
     let key_file = d.join("log.pub");
     std::fs::write(&key_file, &key).unwrap();
+    // A checkpoint is signed on demand at most once a second: wait for the next one.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let cp1 = text(&client, &served.url("/api/ledger/checkpoint")).await;
     assert_eq!(size_of(&cp1), 2500);
     let cp1_file = d.join("cp1");
@@ -245,6 +247,7 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     // The log grows; the consistency proof shows the second checkpoint's log extends the
     // first's, offline.
     invoke_many(served.port, 100, 8, "more").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let cp2 = text(&client, &served.url("/api/ledger/checkpoint")).await;
     assert_eq!(size_of(&cp2), 2600);
     let cp2_file = d.join("cp2");
@@ -430,6 +433,7 @@ async fn two_dispatchers_on_postgresql_issue_checkpoints_that_all_verify() {
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     }
     assert_eq!(load.await.unwrap(), 600);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let last = text(&client, &b.url("/api/ledger/checkpoint")).await;
     let last_size = size_of(&last);
     assert_eq!(last_size, 600);

@@ -233,12 +233,21 @@ async fn a_follower_takes_only_what_its_key_signed() {
     assert!(ok.success());
     publisher.put_live(&rolled);
     refused(&client, port, "rollback", 0.0, 2.0).await;
+    // The same number as the build served, from another commit (history rewritten to the
+    // same count): refused too.
+    publisher.publish(&["--sign", k1, "--build-number", "2"], |_| {});
+    refused(&client, port, "rollback", 1.0, 2.0).await;
 
-    // Freeze: build 3 signed for three seconds is taken, then refused once it expires while
-    // the host keeps serving it.
+    // Freeze: build 3 signed for three seconds is taken, then refused once it expires, both
+    // while the host answers nothing (404) and while it keeps serving it.
     publisher.publish(&["--sign", k1, "--expires-in", "3s"], |_| {});
     follows(&client, port, 3.0).await;
+    let frozen = host_dir.join("frozen");
+    std::fs::rename(host_dir.join("site"), &frozen).unwrap();
     refused(&client, port, "expired", 0.0, 3.0).await;
+    std::fs::rename(&frozen, host_dir.join("site")).unwrap();
+    let before = refusals(&client, port, "expired").await;
+    refused(&client, port, "expired", before, 3.0).await;
 
     // Rotation: build 4 signed by key 1 hands trust to key 2; build 5 signed by key 2 alone
     // is taken; build 6 signed by key 1 alone no longer is.
@@ -300,4 +309,35 @@ async fn without_a_key_the_follower_says_it_checks_integrity_only() {
     .await;
     let log = std::fs::read_to_string(dir.path().join(format!("serve-{port}.log"))).unwrap();
     assert!(log.contains("integrity only"), "{log}");
+
+    // The operator turns --trust on while the host still serves the unsigned build: the
+    // build held from before is not served, and with no signed build to fetch the
+    // dispatcher does not start.
+    drop(_follower);
+    let key = dir.path().join("k.key");
+    let public = new_key(dir.path(), key.to_str().unwrap());
+    let mut trusting = follower(dir.path(), port, &publisher.site_url, Some(&public));
+    // It tries the host a few times a second apart, then gives up; 30 s bounds the wait.
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = trusting.0.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "a follower started serving a build nobody it trusts signed"
+    );
+    drop(trusting);
+    let log = std::fs::read_to_string(dir.path().join(format!("serve-{port}.log"))).unwrap();
+    assert!(log.contains("not one a trusted key vouches for"), "{log}");
+    // Once the publisher signs, it starts on the signed build.
+    publisher.publish(&["--sign", key.to_str().unwrap()], |_| {});
+    let _trusting = follower(dir.path(), port, &publisher.site_url, Some(&public));
+    up(&client, port).await;
+    follows(&client, port, 1.0).await;
 }

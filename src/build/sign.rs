@@ -81,7 +81,7 @@ pub enum Refusal {
     BadSignature(String),
     #[error("the build carries no build number or expiry")]
     Unnumbered,
-    #[error("rollback: build {offered} is older than build {held}, which is served")]
+    #[error("rollback: build {offered} is not newer than build {held}, which is served")]
     Rollback { offered: u64, held: u64 },
     #[error("the build expired at {0}: the host may be serving a stale build (freeze)")]
     Expired(String),
@@ -127,12 +127,15 @@ pub fn admit(manifest: &Manifest, held: Option<&Manifest>, now: i64) -> Result<(
     let (Some(number), Some(expires)) = (manifest.number, manifest.expires.as_deref()) else {
         return Err(Refusal::Unnumbered);
     };
-    if let Some(held) = held.and_then(|h| h.number)
-        && number < held
+    if let Some(held) = held
+        && let Some(held_number) = held.number
+        && (number < held_number || number == held_number && manifest.commit != held.commit)
     {
+        // The same number is the same build signed again (a later expiry), never another
+        // commit: history rewritten to the same count is refused like an older build.
         return Err(Refusal::Rollback {
             offered: number,
-            held,
+            held: held_number,
         });
     }
     let expiry = chrono::DateTime::parse_from_rfc3339(expires)

@@ -36,7 +36,16 @@ pub fn callable_changes(
         let (field, changes) = match old.get(row.key.as_str()) {
             None => ("key", vec![new_row(row, bindings)]),
             Some(was) => {
-                let changes = differences(was, row, base_bindings, bindings, &before, &after);
+                let mut changes = differences(was, row, base_bindings, bindings, &before, &after);
+                if changes.is_empty() {
+                    // What the fingerprint covers beyond the row's own fields: an agent's tool
+                    // listing (`allowed_categories`), which other rows join or leave.
+                    changes.push((
+                        "key",
+                        "the rows it may call changed (its tool list or what those rows do)"
+                            .to_string(),
+                    ));
+                }
                 (
                     changes.first().map_or("key", |c| c.0),
                     changes.into_iter().map(|c| c.1).collect(),
@@ -224,6 +233,9 @@ fn line_diff(a: &str, b: &str) -> String {
         .filter(|l| !old.contains(l))
         .map(|l| format!("+ {l}"));
     let lines: Vec<String> = removed.chain(added).collect();
+    if lines.is_empty() {
+        return "the same lines, in another order or repeated".into();
+    }
     let shown = lines.iter().take(6).cloned().collect::<Vec<_>>().join("\n");
     match lines.len() {
         n if n > 6 => format!("{shown}\n… {} more lines", n - 6),

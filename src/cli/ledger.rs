@@ -173,12 +173,6 @@ impl Offline {
         checkpoint: Option<&str>,
     ) -> anyhow::Result<Result<String, String>> {
         let json = read_json(file)?;
-        let id = json
-            .get("receipt")
-            .or_else(|| json.get("id"))
-            .and_then(Json::as_str)
-            .unwrap_or("the receipt")
-            .to_string();
         let proof_json = match (json.get("proof"), &self.proof) {
             (Some(p), _) => p.clone(),
             (None, Some(path)) => read_json(path)?,
@@ -187,8 +181,9 @@ impl Offline {
                 file.display()
             ),
         };
-        let proof: InclusionProof = serde_json::from_value(proof_json)
-            .with_context(|| format!("the proof of {id} is not an inclusion proof"))?;
+        let proof: InclusionProof = serde_json::from_value(proof_json).with_context(|| {
+            format!("the proof in {} is not an inclusion proof", file.display())
+        })?;
         let (Some(hash), Some(seq)) = (
             json.get("hash").and_then(Json::as_str),
             json.get("seq").and_then(Json::as_i64),
@@ -198,16 +193,25 @@ impl Offline {
                 file.display()
             );
         };
-        if json.get("prev_hash").is_some() {
+        // A full receipt: its own id, checked against its hash. A confirmation: only its hash
+        // is bound to the proof, so only that is said.
+        let (id, contents) = if json.get("prev_hash").is_some() {
             let receipt: crate::ledger::Receipt = serde_json::from_value(json.clone())
                 .with_context(|| format!("{} is not a receipt", file.display()))?;
-            if !crate::ledger::hash_holds(&receipt) {
+            let id = receipt.draft.id.clone();
+            if receipt.hash != hash || receipt.seq != seq || !crate::ledger::hash_holds(&receipt) {
                 return Ok(Err(format!(
                     "receipt {id} (seq {seq}) was changed: its contents do not match its hash"
                 )));
             }
-        }
-        if u64::try_from(seq - 1).ok() != Some(proof.leaf_index) {
+            (id, "its contents match its hash")
+        } else {
+            (
+                format!("with hash {hash}"),
+                "only its hash was checked: give the full receipt to check its contents",
+            )
+        };
+        if seq.checked_sub(1).and_then(|i| u64::try_from(i).ok()) != Some(proof.leaf_index) {
             return Ok(Err(format!(
                 "receipt {id} is seq {seq}, the proof is for leaf {}",
                 proof.leaf_index
@@ -216,7 +220,7 @@ impl Offline {
         let leaf = hex::decode(hash).with_context(|| format!("the hash of {id} is not hex"))?;
         Ok(match proof.verify(&leaf, key, checkpoint) {
             Ok(c) => Ok(format!(
-                "ok: receipt {id} (seq {seq}) is in the log {} of {} receipts, root {}",
+                "ok: receipt {id} (seq {seq}) is in the log {} of {} receipts, root {}; {contents}",
                 c.origin,
                 c.size,
                 hex::encode(c.root)

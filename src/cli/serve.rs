@@ -176,10 +176,11 @@ fn parse_seconds(s: &str) -> Result<u64, String> {
 async fn first_sync(
     url: &str,
     site: &Path,
-    trust: Option<crate::trust::note::Verifier>,
+    trust: Option<crate::dispatch::TrustConfig>,
 ) -> anyhow::Result<Follower> {
     let follower = Follower::new(url, site, trust)?;
-    let held = site.join("catalogue.sqlite").exists();
+    // With --trust, a build left in the site is served only when a trusted key signed it.
+    let held = site.join("catalogue.sqlite").exists() && follower.held().is_some();
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -235,15 +236,21 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         log,
         ..
     } = a;
-    let checkpoint_every = std::time::Duration::from_secs(log.checkpoint_every);
-    let log = log.open(&crate::invoke::breaker::data_dir(data.clone()), &base_url)?;
     crate::serve::ledger_outside_site(&site, &ledger.url)?;
     crate::serve::data_outside_site(&site, &crate::invoke::breaker::data_dir(data.clone()))?;
+    let checkpoint_every = std::time::Duration::from_secs(log.checkpoint_every);
+    let log = log.open(&crate::invoke::breaker::data_dir(data.clone()), &base_url)?;
     let runtime = tokio::runtime::Runtime::new()?;
     let mut write = None;
     let follower = match (follow, a.catalogue) {
         (Some(url), _) => {
-            let trust = a.trust.as_deref().map(read_public_key).transpose()?;
+            let trust = match a.trust.as_deref() {
+                Some(key) => Some(crate::dispatch::TrustConfig {
+                    root: read_public_key(key)?,
+                    file: crate::invoke::breaker::data_dir(data.clone()).join("follow-trust.json"),
+                }),
+                None => None,
+            };
             Some(runtime.block_on(first_sync(&url, &site, trust))?)
         }
         (None, Some(catalogue)) => {

@@ -10,10 +10,11 @@
 //! With `--trust KEY` the follower also checks who published the build (`build::sign`): the
 //! manifest's signature by a trusted key, a build number no lower than the one served
 //! (rollback), an expiry not past (freeze, also noticed when the host keeps answering the
-//! build already held). A build that names new keys, signed by a trusted one, hands trust over
-//! to them (a rotation); the keys trusted are kept beside the site (`.capdir-trust`) so a
-//! restart keeps them. Without `--trust`, digests prove the files match the manifest, not who
-//! made it, and the log says so.
+//! build already held, or an error). A build that names new keys, signed by a trusted one,
+//! hands trust over to them (a rotation); the keys trusted are kept in the data directory
+//! (`follow-trust.json`) so a restart keeps them. A build already in the site directory is
+//! served at the start only when its kept signature holds and it has not expired. Without
+//! `--trust`, digests prove the files match the manifest, not who made it, and the log says so.
 
 use crate::build::manifest::{self, Manifest};
 use crate::build::sign::{self, Refusal};
@@ -54,9 +55,13 @@ pub struct FollowStatus {
     pub refusals: std::collections::BTreeMap<&'static str, u64>,
 }
 
-/// The file beside a followed site's files that keeps the keys trusted (hidden: in no
-/// manifest, never served).
-const TRUST_FILE: &str = ".capdir-trust";
+/// How a follower that checks signatures is set up: the key given with `--trust`, and the
+/// file (in the data directory, not the site, so it outlives the site and a run without
+/// `--trust`) where the keys trusted after a rotation are kept.
+pub struct TrustConfig {
+    pub root: Verifier,
+    pub file: PathBuf,
+}
 
 /// What a follower that checks signatures trusts.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -68,10 +73,10 @@ struct Trusted {
 }
 
 impl Trusted {
-    /// The keys trusted by a follower started with `--trust root` on `site`: those kept there
-    /// from a rotation, when they grew from the same root; else the root alone.
-    fn load(root: &Verifier, site: &Path) -> Vec<Verifier> {
-        let kept = std::fs::read(site.join(TRUST_FILE))
+    /// The keys trusted by a follower started with `--trust root`: those kept in `file` from
+    /// a rotation, when they grew from the same root; else the root alone.
+    fn load(root: &Verifier, file: &Path) -> Vec<Verifier> {
+        let kept = std::fs::read(file)
             .ok()
             .and_then(|b| serde_json::from_slice::<Trusted>(&b).ok())
             .filter(|t| t.root == root.to_string())
@@ -82,7 +87,15 @@ impl Trusted {
                     .collect::<Vec<_>>()
             })
             .filter(|keys| !keys.is_empty());
-        kept.unwrap_or_else(|| vec![root.clone()])
+        let keys = kept.unwrap_or_else(|| vec![root.clone()]);
+        if !keys.contains(root) {
+            tracing::warn!(
+                root = %root,
+                now = %keys.iter().map(Verifier::to_string).collect::<Vec<_>>().join(" "),
+                "follow: the --trust key was rotated out; start with --trust set to a key trusted now, since this record of the rotation is all that keeps the old key out"
+            );
+        }
+        keys
     }
 }
 
@@ -125,8 +138,8 @@ pub struct Follower {
     /// The manifest's ETag when it was last fetched whole.
     etag: Mutex<Option<String>>,
     status: Mutex<FollowStatus>,
-    /// With `--trust`: the key given, and the keys trusted now.
-    trust: Option<(Verifier, Mutex<Vec<Verifier>>)>,
+    /// With `--trust`: the key given, the keys trusted now, and where they are kept.
+    trust: Option<(Verifier, Mutex<Vec<Verifier>>, PathBuf)>,
 }
 
 /// Why an update failed: who published it (refused), or anything else (the fetch, a digest).
@@ -150,7 +163,7 @@ impl From<Refusal> for Failed {
 impl Follower {
     /// Follow the site published at `url` into `site`; with `trust`, only builds signed by
     /// that key (or keys it handed trust to).
-    pub fn new(url: &str, site: &Path, trust: Option<Verifier>) -> Result<Follower> {
+    pub fn new(url: &str, site: &Path, trust: Option<TrustConfig>) -> Result<Follower> {
         let mut text = url.trim().to_string();
         if !text.ends_with('/') {
             text.push('/');
@@ -173,15 +186,15 @@ impl Follower {
         let shown = without_credentials(&base);
         match &trust {
             Some(key) => {
-                tracing::info!(url = %shown, key = %key, "follow: builds must be signed by a trusted key")
+                tracing::info!(url = %shown, key = %key.root, "follow: builds must be signed by a trusted key")
             }
             None => {
                 tracing::warn!(url = %shown, "follow: no --trust key, so integrity only: every file is checked against the manifest, but not who published it")
             }
         }
-        let trust = trust.map(|root| {
-            let keys = Trusted::load(&root, site);
-            (root, Mutex::new(keys))
+        let trust = trust.map(|t| {
+            let keys = Trusted::load(&t.root, &t.file);
+            (t.root, Mutex::new(keys), t.file)
         });
         Ok(Follower {
             status: Mutex::new(FollowStatus {
@@ -226,6 +239,15 @@ impl Follower {
             Ok(p) => (Ok(p), None),
             Err(Failed::Refused(r)) => (Err(anyhow!("refused: {r}")), Some(r.code())),
             Err(Failed::Other(e)) => (Err(e), None),
+        };
+        // A build held past its expiry is a freeze whatever the host answered (the same
+        // build, an error, nothing at all), unless this poll replaced it.
+        let (result, refused) = match (&result, refused) {
+            (Ok(Polled::Updated { .. }), _) | (_, Some(_)) => (result, refused),
+            _ => match self.held_expired(Manifest::read(&self.site).as_ref()) {
+                Err(r) => (Err(anyhow!("refused: {r}")), Some(r.code())),
+                Ok(()) => (result, None),
+            },
         };
         // An error may quote the URL it fetched, credentials and all: cut them before the
         // error is recorded, logged or returned.
@@ -296,6 +318,29 @@ impl Follower {
         }
     }
 
+    /// The build held in the site directory, when the follower may count on it: any build
+    /// without `--trust`; with it, only one whose kept signature a trusted key made and
+    /// that has not expired (a site left by a run without `--trust`, or by another key, is
+    /// not one this follower vouches for).
+    pub fn held(&self) -> Option<Manifest> {
+        let held = Manifest::read(&self.site)?;
+        let Some((_, keys, _)) = &self.trust else {
+            return Some(held);
+        };
+        let bytes = std::fs::read(self.site.join(manifest::FILE)).ok()?;
+        let signature = std::fs::read_to_string(self.site.join(manifest::SIG_FILE)).ok();
+        let keys = keys.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let checked = sign::verify(&bytes, signature.as_deref(), &keys)
+            .and_then(|_| sign::admit(&held, None, chrono::Utc::now().timestamp()));
+        match checked {
+            Ok(()) => Some(held),
+            Err(why) => {
+                tracing::warn!(site = %self.site.display(), why = %why, "follow: the build held is not one a trusted key vouches for; it is not served");
+                None
+            }
+        }
+    }
+
     async fn update(&self) -> Result<Polled, Failed> {
         let url = self
             .base
@@ -310,7 +355,7 @@ impl Follower {
             .send()
             .await
             .with_context(|| format!("fetching {url}"))?;
-        let held = Manifest::read(&self.site);
+        let held = self.held();
         if response.status() == reqwest::StatusCode::NOT_MODIFIED {
             self.held_expired(held.as_ref())?;
             return Ok(Polled::Unchanged);
@@ -328,7 +373,7 @@ impl Follower {
             .with_context(|| format!("reading {url}"))?;
         // Who published it is checked before anything the manifest names is fetched.
         let signature = match &self.trust {
-            Some((_, keys)) => {
+            Some((_, keys, _)) => {
                 let signature = self.signature().await?;
                 let keys = keys.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 sign::verify(&bytes, signature.as_deref(), &keys)?;
@@ -359,7 +404,7 @@ impl Follower {
     /// The keys trusted once `wanted` is in place: those it names (a rotation signed by a key
     /// trusted now), else the same; and how they are kept beside the site.
     fn trusted_after(&self, wanted: &Manifest) -> Option<(Trusted, Vec<Verifier>)> {
-        let (root, keys) = self.trust.as_ref()?;
+        let (root, keys, _) = self.trust.as_ref()?;
         let named: Vec<Verifier> = wanted
             .keys
             .iter()
@@ -376,9 +421,22 @@ impl Follower {
         Some((kept, keys))
     }
 
-    /// Trust what the build now in place names.
+    /// Trust what the build now in place names, and keep it where a restart finds it.
     fn adopt_keys(&self, wanted: &Manifest) {
-        if let (Some((_, now)), Some((_, keys))) = (self.trusted_after(wanted), &self.trust) {
+        if let (Some((kept, now)), Some((_, keys, file))) =
+            (self.trusted_after(wanted), &self.trust)
+        {
+            let written = serde_json::to_vec(&kept)
+                .map_err(anyhow::Error::from)
+                .and_then(|bytes| {
+                    if let Some(dir) = file.parent() {
+                        std::fs::create_dir_all(dir)?;
+                    }
+                    crate::build::incremental::replace(file, &bytes)
+                });
+            if let Err(e) = written {
+                tracing::error!(error = %format!("{e:#}"), file = %file.display(), "follow: the keys trusted could not be kept; a restart would trust the --trust key alone");
+            }
             let mut held = keys.lock().unwrap_or_else(|p| p.into_inner());
             if *held != now {
                 tracing::info!(
@@ -404,9 +462,6 @@ impl Follower {
             std::fs::write(stage.join(manifest::FILE), raw)?;
             if let Some(signature) = signature {
                 std::fs::write(stage.join(manifest::SIG_FILE), signature)?;
-            }
-            if let Some((kept, _)) = self.trusted_after(wanted) {
-                std::fs::write(stage.join(TRUST_FILE), serde_json::to_vec(&kept)?)?;
             }
             swap_into_place(&stage, &self.site)?;
             Ok(fetched)

@@ -15,18 +15,27 @@ use crate::trust::note::{Signer, Verifier};
 use crate::trust::proof::{ConsistencyProof, InclusionProof, encode};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The least time between two checkpoints issued on demand.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The key checkpoints are signed with, and where copies go.
 pub struct Log {
     key: Signer,
     /// Each issued checkpoint is also written here, when set.
     dir: Option<PathBuf>,
+    /// When this dispatcher last signed one.
+    last_issued: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Log {
     pub fn new(key: Signer, dir: Option<PathBuf>) -> Log {
-        Log { key, dir }
+        Log {
+            key,
+            dir,
+            last_issued: std::sync::Mutex::new(None),
+        }
     }
 
     /// The public key a verifier needs.
@@ -54,13 +63,28 @@ impl Dispatcher {
         Ok(self.log()?.verifier())
     }
 
-    /// The latest checkpoint, issued now when the log has grown past the last one kept.
-    /// Returns its size and the signed note.
+    /// The latest checkpoint, issued now when the log has grown past the last one kept (and
+    /// the last was issued over a second ago, so callers cannot make it sign on every
+    /// request). Returns its size and the signed note.
     pub async fn checkpoint(&self) -> Result<(u64, String), DispatchError> {
+        self.checkpoint_covering(0).await
+    }
+
+    /// A checkpoint of at least `at_least` receipts signed with this dispatcher's key: the
+    /// latest kept when it covers them and is this key's, else one issued now.
+    async fn checkpoint_covering(&self, at_least: u64) -> Result<(u64, String), DispatchError> {
         let log = self.log()?;
+        let own = |note: &str| log.key.verifier().open(note).is_ok();
         let size = self.ledger.tree_size().await.map_err(unavailable)?;
+        let recent = log
+            .last_issued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| t.elapsed() < MIN_INTERVAL);
         if let Some(kept) = self.ledger.checkpoint(None).await.map_err(unavailable)?
-            && kept.0 >= size
+            && own(&kept.1)
+            && kept.0 >= at_least
+            && (kept.0 >= size || recent)
         {
             return Ok(kept);
         }
@@ -74,17 +98,20 @@ impl Dispatcher {
         }
         .sign(&log.key)
         .map_err(|e| unavailable(e.into()))?;
+        *log.last_issued.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         self.ledger
             .record_checkpoint(size, &note)
             .await
             .map_err(unavailable)?;
-        // Another dispatcher may have kept its own note of this size first: answer the kept
-        // one, so every dispatcher of a ledger gives one checkpoint per size.
+        // Another dispatcher of the ledger may have kept its own note of this size first:
+        // answer that one when it is this key's too (one checkpoint per size), else this one,
+        // so what this dispatcher answers always opens with the key it publishes.
         let kept = self
             .ledger
             .checkpoint(Some(size))
             .await
             .map_err(unavailable)?
+            .filter(|(_, n)| own(n))
             .unwrap_or((size, note));
         if let Some(dir) = &log.dir {
             write_copy(dir, &kept);
@@ -106,8 +133,11 @@ impl Dispatcher {
     /// The proof that receipt `seq` is in the log, against the latest checkpoint (issued now
     /// when the receipt is newer than the last one kept).
     pub async fn inclusion_proof(&self, seq: i64) -> Result<InclusionProof, DispatchError> {
-        let (tree_size, checkpoint) = self.checkpoint().await?;
-        let leaf_index = u64::try_from(seq - 1).map_err(|_| DispatchError::UnknownReceipt)?;
+        let leaf_index = seq
+            .checked_sub(1)
+            .and_then(|i| u64::try_from(i).ok())
+            .ok_or(DispatchError::UnknownReceipt)?;
+        let (tree_size, checkpoint) = self.checkpoint_covering(leaf_index + 1).await?;
         let hashes = tlog::inclusion(self.ledger.as_ref(), leaf_index, tree_size)
             .await
             .map_err(unavailable)?;

@@ -15,7 +15,7 @@ mod tree;
 mod watcher;
 
 pub use error::{DispatchError, Failure};
-pub use follow::{FollowStatus, Follower};
+pub use follow::{FollowStatus, Follower, TrustConfig};
 pub use live::Live;
 pub use tree::TreeBudget;
 pub use watcher::{APPROVED, ApprovalRefusal, DENIED, PENDING_APPROVAL, Poll, Ticket, View};

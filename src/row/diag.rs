@@ -234,7 +234,14 @@ pub fn step_summary(diags: &[Diagnostic], rows: usize) -> String {
         return out;
     }
     out.push_str("| where | level | code | problem | how to fix |\n|---|---|---|---|---|\n");
-    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    // Text from a pull request (a row's target, a step) must not become markdown here.
+    let cell = |s: &str| {
+        s.replace('\\', "\\\\")
+            .replace('|', "\\|")
+            .replace('`', "\\`")
+            .replace('<', "&lt;")
+            .replace('\n', " ")
+    };
     for d in diags {
         let _ = writeln!(
             out,
