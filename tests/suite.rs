@@ -27,6 +27,7 @@ mod invoke_agent;
 mod invoke_flow;
 mod invoke_fn;
 mod invoke_http;
+mod invoke_named;
 mod invoke_props;
 mod layout;
 mod ledger;
