@@ -148,10 +148,10 @@ fn url_item(spec: &str) -> Result<Item, String> {
     }
     if let Some(c) = name
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '%')))
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '~' | '%')))
     {
         return Err(format!(
-            "`{name}` holds `{c}`: a name is letters, digits, `_`, `.`, `-` or percent-encoded bytes (`{}` and `*` or `[]` after it are the only modifiers)",
+            "`{name}` holds `{c}`: a name is letters, digits, `_`, `.`, `-`, `~` or percent-encoded bytes (`{}` and `*` or `[]` after it are the only modifiers)",
             if c == ':' {
                 "`:N` is not supported;"
             } else {
