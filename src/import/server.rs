@@ -33,6 +33,10 @@ fn absolute(url: &str, origin: &str) -> Result<String, String> {
     if url.starts_with("http://") || url.starts_with("https://") {
         return Ok(url.trim_end_matches('/').to_string());
     }
+    // Scheme-relative (`//api.example.com/v1`): https, wherever the document came from.
+    if let Some(rest) = url.strip_prefix("//") {
+        return Ok(format!("https://{}", rest.trim_end_matches('/')));
+    }
     let base = reqwest::Url::parse(origin)
         .ok()
         .filter(|u| u.scheme().starts_with("http"));
