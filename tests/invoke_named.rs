@@ -39,25 +39,36 @@ pub async fn recorder() -> SocketAddr {
                 Json::Null
             };
             let mut headers = serde_json::Map::new();
+            let mut digests = serde_json::Map::new();
             for (name, value) in &h {
                 headers.insert(
                     name.as_str().to_string(),
                     json!(String::from_utf8_lossy(value.as_bytes())),
                 );
+                // The runner scrubs a credential out of the answer: its digest shows it came.
+                digests.insert(name.as_str().to_string(), json!(sha256(value.as_bytes())));
             }
             axum::Json(json!({
                 "method": method.as_str(),
                 "path": uri.path(),
+                "query_sha256": sha256(q.as_deref().unwrap_or("").as_bytes()),
                 "query": q,
                 "query_pairs": pairs(q.as_deref().unwrap_or("").as_bytes()),
                 "content_type": content_type,
                 "headers": headers,
+                "header_sha256": digests,
                 "body": String::from_utf8_lossy(&body),
                 "form": form,
             }))
         },
     ));
     serve(app).await
+}
+
+/// Hex SHA-256, for what the recorder must not echo (credentials).
+pub fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// What the recorder saw, from an outcome; panics with the outcome when the call failed.

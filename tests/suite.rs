@@ -23,6 +23,7 @@ mod fingerprint;
 mod hardening;
 mod import_mcp;
 mod import_openapi;
+mod import_real_apis;
 mod invoke_agent;
 mod invoke_flow;
 mod invoke_fn;
