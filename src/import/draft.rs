@@ -167,6 +167,15 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
             In::Header | In::Query if is_credential(&p.name) && cx.options.auth.is_none() => {
                 credential_param.get_or_insert((p.location, p.name.clone()));
             }
+            // Swagger 2.0's form fields are its body (`operation::swagger_body`); one left
+            // here is in a document of another version, where `formData` means nothing.
+            In::FormData => notes.push(note(
+                "body_field",
+                format!(
+                    "`formData` parameter `{}` outside Swagger 2.0 is not sent; OpenAPI 3 puts form fields in `requestBody`",
+                    p.name
+                ),
+            )),
             In::Cookie => {
                 let n = note(
                     "cookie_parameter",
@@ -182,11 +191,16 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
                     notes.push(n);
                 }
             }
-            In::Header if !wire_name_fits(&p.name) => {
-                let n = note(
-                    "header_parameter",
-                    format!("header `{}` has a name a request line cannot hold", p.name),
-                );
+            In::Header
+                if !wire_name_fits(&p.name)
+                    || crate::row::expand::header_name_problem(&p.name).is_err() =>
+            {
+                let why = crate::row::expand::header_name_problem(&p.name)
+                    .err()
+                    .unwrap_or_else(|| {
+                        format!("`{}` is a name a request line cannot hold", p.name)
+                    });
+                let n = note("header_parameter", format!("header parameter: {why}"));
                 if p.required {
                     skip.push(n);
                 } else {

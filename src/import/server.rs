@@ -123,3 +123,24 @@ pub fn of_document(doc: &Document, server: Option<&str>) -> Result<String, Strin
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_and_scheme_relative_servers() {
+        let servers = json!([{"url": "//api.example.com/v1/"}]);
+        assert_eq!(
+            of_servers(&servers, "spec.yaml").as_deref(),
+            Ok("https://api.example.com/v1")
+        );
+        let servers = json!([{"url": "/api/v3"}]);
+        assert_eq!(
+            of_servers(&servers, "http://127.0.0.1:9/docs/openapi.json").as_deref(),
+            Ok("http://127.0.0.1:9/api/v3")
+        );
+        let err = of_servers(&servers, "spec.yaml").expect_err("no base to resolve against");
+        assert!(err.contains("--server"), "{err}");
+    }
+}

@@ -256,7 +256,8 @@ const RESERVED_HEADERS: [&str; 7] = [
     "cookie",
 ];
 
-fn header_name_problem(name: &str) -> Result<(), String> {
+/// Why `name` cannot be a header an argument sets, if it cannot.
+pub fn header_name_problem(name: &str) -> Result<(), String> {
     if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
         return Err(format!("`{name}` is not a header name"));
     }
