@@ -167,3 +167,54 @@ fn dependents_and_partial_fingerprints_agree_with_the_whole() {
         }
     }
 }
+
+/// Every row bundled with capdir (the catalogue, the examples and the gate's fixtures) keeps
+/// the fingerprint it had before templates took named arguments (issue 31): the values in
+/// `tests/snapshots/fingerprints_before_named_args.tsv` were computed on `main` before that
+/// change. A template language that grows must not move a contract no one edited.
+#[test]
+fn bundled_rows_keep_their_fingerprints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    let mut dirs = vec![
+        root.join("catalogue"),
+        root.join("examples"),
+        root.join("tests/fixtures"),
+    ];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "yaml") {
+                files.push(p);
+            }
+        }
+    }
+    let mut now: Vec<String> = files
+        .iter()
+        .filter_map(|p| {
+            let text = std::fs::read(p).ok()?;
+            let row = parse_row(p, &text).row?;
+            let rel = p.strip_prefix(root).ok()?.to_string_lossy().to_string();
+            Some(format!("{rel}\t{}", fingerprint(&row)))
+        })
+        .collect();
+    now.sort();
+    let stored = root.join("tests/snapshots/fingerprints_before_named_args.tsv");
+    if std::env::var_os("CAPDIR_BLESS_FINGERPRINTS").is_some() {
+        std::fs::write(&stored, now.join("\n") + "\n").expect("write the fingerprints");
+    }
+    let before = std::fs::read_to_string(&stored).expect("the stored fingerprints");
+    let before: Vec<&str> = before.lines().collect();
+    assert!(before.len() >= 40, "only {} rows stored", before.len());
+    for line in &before {
+        assert!(
+            now.iter().any(|n| n == line),
+            "{line}: this row's fingerprint changed (or the row is gone)"
+        );
+    }
+}

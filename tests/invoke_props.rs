@@ -160,3 +160,173 @@ proptest! {
         }
     }
 }
+
+/// Named arguments (issue 31): any value, in any slot kind — a query expression (plain,
+/// exploded, brackets), a path piece, a form, multipart or JSON field, a header — arrives as
+/// itself in its own slot, or the call is refused. Nothing else appears in the request.
+mod named_slots {
+    use capdir::row::expand::{body, expand_url, headers, lines};
+    use proptest::prelude::*;
+    use serde_json::{Map, Value as Json, json};
+
+    /// `hostile()`, and line breaks and other control characters (`any::<String>()` makes
+    /// none), the stuff of a header injection.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            super::hostile(),
+            "[\\x00-\\x1f\\x7f a-z:]{0,12}",
+            Just("v\r\nX-Admin: true".to_string()),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            text().prop_map(Json::String),
+            prop::collection::vec(text(), 1..3).prop_map(|v| json!(v)),
+            prop::collection::btree_map("[a-z&=%\\[\\]{}]{1,6}", text(), 1..3)
+                .prop_map(|m| json!(m)),
+        ]
+    }
+
+    fn pairs(text: &str) -> Vec<(String, String)> {
+        url::form_urlencoded::parse(text.as_bytes())
+            .into_owned()
+            .collect()
+    }
+
+    /// The `(name, text)` pairs the bracket convention makes of `v` under `name`, as the
+    /// receiver must see them.
+    fn flat(name: &str, v: &Json) -> Result<Vec<(String, String)>, String> {
+        let mut out = Vec::new();
+        capdir::row::expand::flatten(name, v, &mut out)?;
+        Ok(out)
+    }
+
+    /// What a receiver that reads the bracket convention (Stripe's, Rails', PHP's) makes of
+    /// the pairs: `a[k][]=v` is `{"a": {"k": ["v"]}}`.
+    fn unflatten(pairs: &[(String, String)]) -> Json {
+        fn insert(node: &mut Json, segs: &[String], v: &str) {
+            let Some((first, rest)) = segs.split_first() else {
+                return;
+            };
+            if rest.is_empty() {
+                match node {
+                    Json::Array(a) if first.is_empty() => a.push(json!(v)),
+                    Json::Object(m) => {
+                        m.insert(first.clone(), json!(v));
+                    }
+                    _ => {}
+                }
+                return;
+            }
+            let fresh = if rest[0].is_empty() {
+                json!([])
+            } else {
+                json!({})
+            };
+            let child = match node {
+                Json::Object(m) => m.entry(first.clone()).or_insert(fresh),
+                Json::Array(a) => {
+                    a.push(fresh);
+                    a.last_mut().expect("pushed")
+                }
+                _ => return,
+            };
+            insert(child, rest, v);
+        }
+        let mut root = json!({});
+        for (k, v) in pairs {
+            let (base, mut rest) = match k.find('[') {
+                Some(i) => (&k[..i], &k[i..]),
+                None => (k.as_str(), ""),
+            };
+            let mut segs = vec![base.to_string()];
+            while let Some(inner) = rest.strip_prefix('[') {
+                let Some(close) = inner.find(']') else { break };
+                segs.push(inner[..close].to_string());
+                rest = &inner[close + 1..];
+            }
+            insert(&mut root, &segs, v);
+        }
+        root
+    }
+
+    fn bracket_key(v: &Json) -> bool {
+        v.as_object()
+            .is_some_and(|m| m.keys().any(|k| k.contains(['[', ']'])))
+    }
+
+    proptest! {
+        #[test]
+        fn any_value_stays_in_its_slot(a in value(), b in value()) {
+            let args: Map<String, Json> =
+                [("a".to_string(), a.clone()), ("b".to_string(), b.clone())].into_iter().collect();
+            // Query, brackets: exactly the pairs of `a` and `b`, in order, or a refusal.
+            match expand_url("https://x.example/p{?a[],b[]}", &args) {
+                Ok(url) => {
+                    let url = reqwest::Url::parse(&url).expect("a URL");
+                    prop_assert_eq!(url.host_str(), Some("x.example"));
+                    prop_assert_eq!(url.path(), "/p");
+                    prop_assert!(url.fragment().is_none());
+                    let mut want = flat("a", &a).expect("flattened");
+                    want.extend(flat("b", &b).expect("flattened"));
+                    let got: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+                    prop_assert_eq!(unflatten(&got), json!({"a": a, "b": b}));
+                    prop_assert_eq!(got, want);
+                }
+                Err(e) => prop_assert!(bracket_key(&a) || bracket_key(&b), "{}", e),
+            }
+            // Query, exploded and plain, and a path piece: the path keeps its segments.
+            if let Ok(url) = expand_url("https://x.example/p{/a}{?b*}", &args) {
+                let url = reqwest::Url::parse(&url).expect("a URL");
+                prop_assert_eq!(url.host_str(), Some("x.example"));
+                prop_assert!(url.fragment().is_none());
+                // `/p` and the one piece `a` makes, whatever slashes it holds.
+                let segments = url.path_segments().map(|s| s.count()).unwrap_or(0);
+                prop_assert_eq!(segments, 2);
+            }
+            // Form and multipart: the fields are exactly the flattened arguments.
+            let form = lines("{form:a,b}").expect("lines").expect("parse");
+            match body(&form, &args) {
+                Ok(Some(sent)) => {
+                    let mut want = flat("a", &a).expect("flattened");
+                    want.extend(flat("b", &b).expect("flattened"));
+                    let got = pairs(&sent.text);
+                    prop_assert_eq!(unflatten(&got), json!({"a": a, "b": b}));
+                    prop_assert_eq!(got, want);
+                }
+                Ok(None) => prop_assert!(false, "a present field sends a body"),
+                Err(_) => prop_assert!(bracket_key(&a) || bracket_key(&b)),
+            }
+            let multi = lines("{multipart:a}").expect("lines").expect("parse");
+            if let Ok(Some(sent)) = body(&multi, &args) {
+                let boundary = sent.content_type.rsplit('=').next().unwrap_or("").to_string();
+                let parts = sent.text.matches(&format!("--{boundary}\r\n")).count();
+                prop_assert_eq!(parts, flat("a", &a).expect("flattened").len());
+            }
+            // JSON: one object, its members exactly the arguments.
+            let js = lines("{json:a,b}").expect("lines").expect("parse");
+            let sent = body(&js, &args).expect("JSON never refuses").expect("a body");
+            let parsed: Json = serde_json::from_str(&sent.text).expect("JSON");
+            prop_assert_eq!(parsed, json!({"a": a, "b": b}));
+            // A header: the value as given, or refused when it holds a control character.
+            let h = lines("{header:X-A=a}").expect("lines").expect("parse");
+            let text = match &a {
+                Json::String(s) => s.clone(),
+                Json::Array(items) => items
+                    .iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            match headers(&h, &args) {
+                Ok(set) => {
+                    prop_assert!(!text.chars().any(char::is_control), "a line break was let into a header");
+                    prop_assert_eq!(set, vec![("X-A".to_string(), text)]);
+                }
+                Err(_) => prop_assert!(text.chars().any(char::is_control)),
+            }
+        }
+    }
+}

@@ -346,6 +346,13 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
                     help,
                 ));
             }
+            // Named arguments (`{?limit}`, `{form:name}`): well formed, and declared.
+            let at = s.content_at(row.parsed.payload_line);
+            let schema = row.input_schema.as_ref();
+            for (message, help) in crate::row::expand::problems(&row.target, row.payload(), schema)
+            {
+                d.push(Diagnostic::error(p, at, "bad_named_args", message, help));
+            }
         }
         RowType::Flow => {
             if let Err(e) = flow::parse(row.payload()) {

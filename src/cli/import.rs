@@ -286,6 +286,14 @@ fn summary(r: &Report, out: &Path, dry_run: bool) -> String {
         r.skipped.len(),
         r.gone.len(),
     );
+    if r.selected > 0 {
+        let reachable = r.fully_reachable();
+        s.push_str(&format!(
+            "every parameter reachable: {reachable} of {} selected operations ({:.1}%)\n",
+            r.selected,
+            100.0 * reachable as f64 / r.selected as f64
+        ));
+    }
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for n in r.rows.iter().flat_map(|row| &row.notes) {
         *kinds.entry(n.kind).or_default() += 1;

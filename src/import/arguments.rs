@@ -1,14 +1,17 @@
 //! An operation's arguments: each parameter the row can send (its schema, with the
-//! parameter's description on top, and the document's examples of it), and the request body as
-//! one JSON (or text) argument. What cannot be sent is a note, or, when the operation requires
-//! it, a reason not to import the operation.
+//! parameter's description on top, and the document's examples of it, and where it goes), and
+//! the request body's fields, one argument each (JSON, form or multipart), or the body whole as
+//! one argument when it has no fields to name. What cannot be sent is a note, or, when the
+//! operation requires it, a reason not to import the operation.
 
 use crate::import::docstring;
 use crate::import::document::Version;
-use crate::import::draft::{ARG_DESCRIPTION_CHARS, Arg, Context, note};
+use crate::import::draft::{ARG_DESCRIPTION_CHARS, Arg, Context, Place, note};
 use crate::import::operation::{Body, In, Param};
 use crate::import::schema::{self, SchemaReader};
 use crate::import::{Note, text};
+use crate::row::expand::{BodyKind, Mode};
+use crate::row::template::COMPONENT;
 use serde_json::{Map, Value as Json, json};
 
 /// `schema` with `description` set, placed after `type` where a reader looks first.
@@ -67,25 +70,16 @@ pub(super) fn param_arg(
         },
     };
     let mut schema = reader.read(&raw);
-    match schema::json_type(&schema) {
-        Some("array") => {
-            let explode = p.def.get("explode").and_then(Json::as_bool);
-            let style = p.def.get("style").and_then(Json::as_str).unwrap_or("form");
-            let repeated = match cx.doc.version {
-                Version::Swagger2 => {
-                    p.def.get("collectionFormat").and_then(Json::as_str) == Some("multi")
-                }
-                _ => p.location == In::Query && explode != Some(false) && style == "form",
-            };
-            if repeated {
-                notes.push(note(
-                    "list_parameter",
-                    format!(
-                        "list parameter `{}` is sent as one comma-separated value, not repeated",
-                        p.name
-                    ),
-                ));
-            }
+    let kind = schema::json_type(&schema).map(str::to_string);
+    // Only a list, an object or a value of any type has a way to be spread on the wire.
+    let mode = if matches!(kind.as_deref(), Some("array" | "object") | None) {
+        list_mode(cx, p, notes)
+    } else {
+        Mode::Plain
+    };
+    match (kind.as_deref(), p.location) {
+        // A path piece is one `$N` slot: a list goes as one comma-separated value.
+        (Some("array"), In::Path) => {
             let values: Vec<String> = schema
                 .pointer("/items/enum")
                 .and_then(Json::as_array)
@@ -98,7 +92,7 @@ pub(super) fn param_arg(
             };
             schema = json!({"type": "string", "description": what});
         }
-        Some("object") => {
+        (Some("object"), In::Path | In::Header | In::Cookie) => {
             let n = note(
                 "object_parameter",
                 format!(
@@ -152,7 +146,8 @@ pub(super) fn param_arg(
     let examples = examples
         .into_iter()
         .map(|e| match e {
-            Json::Array(items) => Json::String(
+            // A path piece is one comma-separated value; elsewhere a list stays a list.
+            Json::Array(items) if p.location == In::Path => Json::String(
                 items
                     .iter()
                     .map(piece)
@@ -163,12 +158,67 @@ pub(super) fn param_arg(
             other => other,
         })
         .collect();
+    let place = match p.location {
+        In::Path => Place::Path(p.name.clone()),
+        In::Query => Place::Query(
+            percent_encoding::utf8_percent_encode(&p.name, COMPONENT).to_string(),
+            mode,
+        ),
+        In::Header => Place::Header(p.name.clone()),
+        In::Cookie | In::FormData => Place::Field(p.name.clone()),
+    };
     Some(Arg {
         name: p.name.clone(),
         schema,
         examples,
-        body: false,
+        place,
+        required: p.required,
     })
+}
+
+/// How a query parameter's list or object goes on the wire (OpenAPI's `style` and
+/// `explode`, Swagger 2.0's `collectionFormat`); a delimiter other than the comma is sent as
+/// commas, and said.
+fn list_mode(cx: &Context<'_>, p: &Param<'_>, notes: &mut Vec<Note>) -> Mode {
+    let str_of = |k: &str| p.def.get(k).and_then(Json::as_str);
+    let odd = |notes: &mut Vec<Note>, how: &str| {
+        notes.push(note(
+            "list_format",
+            format!(
+                "list parameter `{}` is sent comma-separated; the document asks for {how}",
+                p.name
+            ),
+        ))
+    };
+    match cx.doc.version {
+        Version::Swagger2 => match str_of("collectionFormat") {
+            Some("multi") => Mode::Explode,
+            None | Some("csv") => Mode::Plain,
+            Some(other) => {
+                odd(notes, other);
+                Mode::Plain
+            }
+        },
+        _ => {
+            let explode = p.def.get("explode").and_then(Json::as_bool);
+            match str_of("style") {
+                Some("deepObject") => Mode::Brackets,
+                None | Some("form") if p.location == In::Query => {
+                    if explode == Some(false) {
+                        Mode::Plain
+                    } else {
+                        Mode::Explode
+                    }
+                }
+                Some(s @ ("spaceDelimited" | "pipeDelimited")) => {
+                    odd(notes, s);
+                    Mode::Plain
+                }
+                _ if explode == Some(true) => Mode::Explode,
+                _ => Mode::Plain,
+            }
+        }
+    }
 }
 
 /// OpenAPI 3 `examples`: a mapping of names to `{value}` (or references to them).
@@ -193,64 +243,86 @@ fn is_json_media(media: &str) -> bool {
     m == "application/json" || m.ends_with("+json") || m.ends_with("/json") || m == "*/*"
 }
 
-/// The body as one argument: its JSON schema and examples, or a note (and, when the body is
-/// required, a reason not to import) when it is not JSON or text.
-pub(super) fn body_arg(
+/// The media types a body can be sent as, best first.
+fn media_rank(media: &str) -> Option<(u8, BodyKind)> {
+    let m = media
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if m == "application/json" {
+        Some((0, BodyKind::Json))
+    } else if is_json_media(&m) {
+        Some((1, BodyKind::Json))
+    } else if m == "application/x-www-form-urlencoded" {
+        Some((2, BodyKind::Form))
+    } else if m == "multipart/form-data" {
+        Some((3, BodyKind::Multipart))
+    } else if m.starts_with("text/plain") {
+        Some((4, BodyKind::Whole))
+    } else {
+        None
+    }
+}
+
+/// A field that carries a file, which rows do not send.
+fn is_file(schema: &Json) -> bool {
+    matches!(
+        schema.get("format").and_then(Json::as_str),
+        Some("binary" | "base64" | "byte")
+    ) && schema::json_type(schema) == Some("string")
+        || schema.get("type").and_then(Json::as_str) == Some("file")
+        || schema.get("contentMediaType").is_some()
+}
+
+/// The body's arguments and how it is sent: a field per argument for a JSON object with
+/// properties, a form or a multipart form; else the whole body as one argument. What cannot be
+/// sent is a note (and a reason not to import, when the operation requires it).
+pub(super) fn body_args(
     cx: &Context<'_>,
     reader: &mut SchemaReader<'_>,
     body: &Body<'_>,
-    args: &[Arg],
     notes: &mut Vec<Note>,
     skip: &mut Vec<Note>,
-) -> Option<Arg> {
+) -> (Vec<Arg>, Option<BodyKind>) {
     let unsupported =
         |required: bool, what: String, notes: &mut Vec<Note>, skip: &mut Vec<Note>| {
-            let kind = if what.contains("multipart") {
-                "multipart_body"
-            } else {
-                "body_media"
-            };
             if required {
-                skip.push(note(kind, format!("required request body {what}")));
+                skip.push(note("body_media", format!("required request body {what}")));
             } else {
                 notes.push(note(
-                    kind,
+                    "body_media",
                     format!("optional request body {what}; the row sends none"),
                 ));
             }
-            None
+            (Vec::new(), None)
         };
-    let (required, description, raw_schema, examples, text_body) = match body {
+    let (required, description, raw_schema, examples, kind) = match body {
         Body::Content {
             required,
             description,
             content,
         } => {
-            let json_media = content
+            let best = content
                 .keys()
-                .find(|m| m.eq_ignore_ascii_case("application/json"))
-                .or_else(|| content.keys().find(|m| is_json_media(m)));
-            let (media, text_body) = match json_media {
-                Some(m) => (m, false),
-                None => match content.keys().find(|m| m.starts_with("text/plain")) {
-                    Some(m) => (m, true),
-                    None => {
-                        let kinds: Vec<&str> = content.keys().map(String::as_str).collect();
-                        return unsupported(
-                            *required,
-                            format!(
-                                "as {} cannot be sent: rows send JSON or text bodies",
-                                if kinds.is_empty() {
-                                    "nothing".to_string()
-                                } else {
-                                    kinds.join(", ")
-                                }
-                            ),
-                            notes,
-                            skip,
-                        );
-                    }
-                },
+                .filter_map(|m| media_rank(m).map(|(r, k)| (r, k, m)))
+                .min_by_key(|(r, _, _)| *r);
+            let Some((_, kind, media)) = best else {
+                let kinds: Vec<&str> = content.keys().map(String::as_str).collect();
+                return unsupported(
+                    *required,
+                    format!(
+                        "as {} cannot be sent: rows send JSON, form, multipart or text bodies",
+                        if kinds.is_empty() {
+                            "nothing".to_string()
+                        } else {
+                            kinds.join(", ")
+                        }
+                    ),
+                    notes,
+                    skip,
+                );
             };
             let m = &content[media.as_str()];
             let mut examples: Vec<Json> = m.get("example").cloned().into_iter().collect();
@@ -260,7 +332,7 @@ pub(super) fn body_arg(
                 description.clone(),
                 m.get("schema").cloned().unwrap_or_else(|| json!({})),
                 examples,
-                text_body,
+                kind,
             )
         }
         Body::Schema {
@@ -273,7 +345,7 @@ pub(super) fn body_arg(
                 return unsupported(
                     *required,
                     format!(
-                        "as {} cannot be sent: rows send JSON bodies",
+                        "as {} cannot be sent: a Swagger 2.0 body parameter is sent as JSON",
                         consumes.join(", ")
                     ),
                     notes,
@@ -289,7 +361,7 @@ pub(super) fn body_arg(
                 description.clone(),
                 param.get("schema").cloned().unwrap_or_else(|| json!({})),
                 examples,
-                false,
+                BodyKind::Json,
             )
         }
         Body::Form {
@@ -297,27 +369,122 @@ pub(super) fn body_arg(
             multipart,
             fields,
         } => {
-            return unsupported(
-                *required,
-                format!(
-                    "as {} fields ({}) cannot be sent: rows send JSON or text bodies",
-                    if *multipart {
-                        "multipart form"
-                    } else {
-                        "URL-encoded form"
-                    },
-                    fields.join(", ")
-                ),
-                notes,
-                skip,
-            );
+            let mut args = Vec::new();
+            for f in fields {
+                let mut f = f.clone();
+                if !required {
+                    f.required = false;
+                }
+                let file = f.def.get("type").and_then(Json::as_str) == Some("file");
+                if file {
+                    file_note(&f.name, f.required, notes, skip);
+                    continue;
+                }
+                if let Some(mut a) = param_arg(cx, reader, &f, notes, skip) {
+                    a.place = Place::Field(f.name.clone());
+                    args.push(a);
+                }
+            }
+            let kind = if *multipart {
+                BodyKind::Multipart
+            } else {
+                BodyKind::Form
+            };
+            return (args, Some(kind));
         }
     };
-    let mut schema = reader.read(&raw_schema);
+    let schema = reader.read(&raw_schema);
     let mut examples = examples;
     if let Some(e) = raw_schema.get("example").cloned() {
         examples.push(e);
     }
+    let props = schema
+        .get("properties")
+        .and_then(Json::as_object)
+        .filter(|p| !p.is_empty());
+    let object = matches!(schema::json_type(&schema), None | Some("object"));
+    let composed = ["oneOf", "anyOf", "allOf"]
+        .iter()
+        .any(|k| schema.get(*k).is_some());
+    match (kind, props) {
+        (BodyKind::Json | BodyKind::Form | BodyKind::Multipart, Some(props))
+            if object && !composed =>
+        {
+            let required_fields: Vec<&str> = schema
+                .get("required")
+                .and_then(Json::as_array)
+                .map(|r| r.iter().filter_map(Json::as_str).collect())
+                .unwrap_or_default();
+            let example = examples.first().and_then(Json::as_object);
+            let mut args = Vec::new();
+            for (name, field) in props {
+                let field_required = required && required_fields.contains(&name.as_str());
+                if kind != BodyKind::Json && is_file(field) {
+                    file_note(name, field_required, notes, skip);
+                    continue;
+                }
+                let described_field = match field.get("description").and_then(Json::as_str) {
+                    Some(d) => described(
+                        field.clone(),
+                        &text::cut(&text::plain(d), ARG_DESCRIPTION_CHARS),
+                    ),
+                    None => field.clone(),
+                };
+                args.push(Arg {
+                    name: name.clone(),
+                    schema: described_field,
+                    examples: example
+                        .and_then(|e| e.get(name))
+                        .cloned()
+                        .into_iter()
+                        .collect(),
+                    place: Place::Field(name.clone()),
+                    required: field_required,
+                });
+            }
+            (args, Some(kind))
+        }
+        (BodyKind::Form | BodyKind::Multipart, _) => {
+            if props.is_none() && object && !composed {
+                // A form that declares no fields: nothing to send, nothing lost.
+                return (Vec::new(), None);
+            }
+            unsupported(
+                required,
+                "as a form whose fields are not named (a composed schema) cannot be sent field by field".into(),
+                notes,
+                skip,
+            )
+        }
+        _ => whole_body(kind, schema, required, &description, examples).map_or_else(
+            |what| unsupported(required, what, notes, skip),
+            |a| (vec![a], Some(BodyKind::Whole)),
+        ),
+    }
+}
+
+fn file_note(name: &str, required: bool, notes: &mut Vec<Note>, skip: &mut Vec<Note>) {
+    let n = note(
+        "file_field",
+        format!("form field `{name}` is a file, which rows do not send"),
+    );
+    if required {
+        skip.push(n);
+    } else {
+        notes.push(n);
+    }
+}
+
+/// The body as one argument: a JSON document with no fields to name (a list, a composed
+/// schema, any value) or text.
+fn whole_body(
+    kind: BodyKind,
+    mut schema: Json,
+    required: bool,
+    description: &str,
+    examples: Vec<Json>,
+) -> Result<Arg, String> {
+    let text_body = kind == BodyKind::Whole;
     if text_body {
         schema = json!({"type": "string"});
     } else {
@@ -331,12 +498,9 @@ pub(super) fn body_arg(
                 }
             }
             Some(other) => {
-                return unsupported(
-                    required,
-                    format!("is a JSON {other}, which the row cannot encode from an argument"),
-                    notes,
-                    skip,
-                );
+                return Err(format!(
+                    "is a JSON {other}, which the row cannot encode from an argument"
+                ));
             }
         }
         if let Json::Object(m) = &mut schema
@@ -352,28 +516,17 @@ pub(super) fn body_arg(
     } else {
         format!("The request body as JSON{fields}")
     };
-    let description = text::plain(&description);
+    let description = text::plain(description);
     if !description.is_empty() {
         d = format!("{d}. {description}");
     }
-    if !required {
-        d.push_str(if text_body {
-            ". Optional: send an empty text for none"
-        } else {
-            ". Optional: send {} for none"
-        });
-    }
     let schema = described(schema, &text::cut(&d, ARG_DESCRIPTION_CHARS));
-    let taken = |n: &str| args.iter().any(|a| a.name == n);
-    let name = ["body", "request_body", "request_body_json"]
-        .into_iter()
-        .find(|n| !taken(n))
-        .unwrap_or("request_body_json");
-    Some(Arg {
-        name: name.to_string(),
+    Ok(Arg {
+        name: "body".to_string(),
         schema,
         examples,
-        body: true,
+        place: Place::Body,
+        required,
     })
 }
 

@@ -2,7 +2,7 @@
 //! ARGS naming the arguments in order, EX from the document's example, OUTPUT from the success
 //! response; markdown made plain and each line cut to its budget.
 
-use crate::import::draft::Arg;
+use crate::import::draft::{Arg, Place};
 use crate::import::operation::Operation;
 use crate::import::{schema, text};
 use serde_json::Value as Json;
@@ -75,23 +75,33 @@ pub(super) fn lines(
         when = format!("Deprecated by the API. {when}");
     }
     let when = text::cut(&when, WHEN_CHARS);
-    let args_line = if args.is_empty() {
-        "none".to_string()
-    } else {
-        args.iter()
-            .enumerate()
-            .map(|(i, a)| {
-                if a.body && schema::json_type(&a.schema) == Some("string") {
-                    format!("${}+={} (text)", i + 1, a.name)
-                } else if a.body {
-                    let fields = body_fields(&a.schema);
-                    format!("${}+={} (JSON{fields})", i + 1, a.name)
-                } else {
-                    format!("${}={}", i + 1, a.name)
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+    // Required ones by position (`a|b`), then the optional ones, which a call sends by name
+    // (`args`) or further along in the same order.
+    let what_of = |a: &Arg| match a.place {
+        Place::Body if schema::json_type(&a.schema) == Some("string") => " (text)".to_string(),
+        Place::Body => format!(" (JSON{})", body_fields(&a.schema)),
+        _ => String::new(),
+    };
+    let required: Vec<String> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.required)
+        .map(|(i, a)| format!("${}={}{}", i + 1, a.name, what_of(a)))
+        .collect();
+    let optional: Vec<String> = args
+        .iter()
+        .filter(|a| !a.required)
+        .map(|a| format!("{}{}", a.name, what_of(a)))
+        .collect();
+    let args_line = match (required.is_empty(), optional.is_empty()) {
+        (true, true) => "none".to_string(),
+        (false, true) => required.join(", "),
+        (true, false) => format!("optional, by name: {}", optional.join(", ")),
+        (false, false) => format!(
+            "{}; optional, by name: {}",
+            required.join(", "),
+            optional.join(", ")
+        ),
     };
     let args_line = text::cut(&args_line, ARGS_CHARS);
     let ex = match example {

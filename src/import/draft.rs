@@ -1,26 +1,28 @@
-//! One operation drafted as one `http` row, in the row language as it is:
+//! One operation drafted as one `http` row:
 //!
-//! - Arguments, in this order: the path parameters (in path order), the required query
-//!   parameters, then the request body as one JSON argument. `$N` slots put them in the
-//!   target; the body is the payload `$N+` (the last argument may contain pipes).
-//! - A slot is always sent and every slot is a required piece, so only what the operation
-//!   requires gets one: optional query parameters, and header and cookie parameters (rows
-//!   have no header templates), are reported, not placed. The body is one argument rather
-//!   than a slot per field so that optional, nested and list fields can all be sent: the
-//!   row's `input_schema` holds the body's schema and validates it before anything runs.
-//! - What cannot be sent at all when the operation requires it (a required header, a form or
-//!   multipart body) means the operation is not imported; it is reported with the reason.
+//! - Arguments, in this order: the path parameters (in path order), then the required query
+//!   and header parameters and body fields, then the optional ones. So a positional call
+//!   `a|b|c` sends the required ones, and a call by name (`args`) any of them.
+//! - Path parameters are `$N` slots; query parameters one RFC 6570 expression
+//!   (`{?limit,starting_after,expand[]}`: the absent left out, lists and objects as the
+//!   document's `style` says); headers and the body request lines (`{header:…}`,
+//!   `{json:…}`, `{form:…}`, `{multipart:…}`, or `{body:body}` for a body with no fields to
+//!   name). See `row/expand.rs`.
+//! - A query or header parameter that carries the credential (Slack's `token`) is the row's
+//!   `auth`, not an argument.
+//! - What cannot be sent (a cookie, a file, a body of another media type) is a note, or, when
+//!   the operation requires it, a reason not to import the operation.
 
 use crate::check::slug;
-use crate::import::arguments::{body_arg, param_arg, piece};
+use crate::import::arguments::{body_args, param_arg, piece};
 use crate::import::auth::Schemes;
 use crate::import::document::Document;
 use crate::import::operation::{In, Operation};
 use crate::import::schema::{self, Refs, SchemaReader};
 use crate::import::{Note, Options, docstring, server, text, yaml};
 use crate::row::args::ArgSchema;
+use crate::row::expand::{BodyKind, Mode};
 use crate::row::target::HttpTarget;
-use crate::row::template::COMPONENT;
 use serde_json::{Map, Value as Json, json};
 
 /// Characters of an argument's description.
@@ -60,15 +62,33 @@ pub struct Context<'d> {
     /// The document's base URL, or why there is none.
     pub base: Result<String, String>,
     pub title: String,
+    /// The start of every credential variable's name (the prefix, or the API's name).
+    pub env_base: String,
 }
 
-/// An argument: a parameter or the body.
+/// An argument: a parameter, a body field, or the body whole.
 pub(super) struct Arg {
+    /// Its name in `input_schema` (the parameter's, or with the place in front when two
+    /// places share one: `body_expand`).
     pub name: String,
     pub schema: Json,
     pub examples: Vec<Json>,
-    /// The body: sent as the payload, its JSON given whole.
-    pub body: bool,
+    pub place: Place,
+    pub required: bool,
+}
+
+/// Where an argument goes, and the name it is sent under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Place {
+    /// A `$N` slot in the path, for this placeholder.
+    Path(String),
+    /// In the query expression, its name percent-encoded.
+    Query(String, Mode),
+    Header(String),
+    /// A field of a JSON object, form or multipart body.
+    Field(String),
+    /// The whole body.
+    Body,
 }
 
 pub(super) fn note(kind: &'static str, message: impl Into<String>) -> Note {
@@ -97,6 +117,7 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
     let mut skip = Vec::new();
     let mut reader = SchemaReader::new(cx.refs);
     let mut args: Vec<Arg> = Vec::new();
+    let mut credential_param: Option<(In, String)> = None;
 
     // Path parameters, in the order the path names them.
     let path_names = path_params(&op.path);
@@ -116,13 +137,17 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
                     name: name.clone(),
                     schema: json!({"type": "string"}),
                     examples: Vec::new(),
-                    body: false,
+                    place: Place::Path(name.clone()),
+                    required: true,
                 })
             }
         };
-        args.extend(arg);
+        args.extend(arg.map(|mut a| {
+            a.required = true;
+            a
+        }));
     }
-    let mut optional: Vec<(In, &str)> = Vec::new();
+    let mut others: Vec<Arg> = Vec::new();
     for p in &op.params {
         match p.location {
             In::Path => {
@@ -136,69 +161,85 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
                     ));
                 }
             }
-            In::Query if p.required => {
-                args.extend(param_arg(cx, &mut reader, p, &mut notes, &mut skip))
-            }
             In::Header
-                if ["accept", "content-type", "authorization"]
+                if ["accept", "content-type", "authorization", "content-length"]
                     .contains(&p.name.to_ascii_lowercase().as_str()) => {}
-            In::Header | In::Cookie if p.required => skip.push(note(
-                if p.location == In::Header {
-                    "header_parameter"
-                } else {
-                    "cookie_parameter"
-                },
+            In::Header | In::Query if is_credential(&p.name) && cx.options.auth.is_none() => {
+                credential_param.get_or_insert((p.location, p.name.clone()));
+            }
+            // Swagger 2.0's form fields are its body (`operation::swagger_body`); one left
+            // here is in a document of another version, where `formData` means nothing.
+            In::FormData => notes.push(note(
+                "body_field",
                 format!(
-                    "required {} parameter `{}` cannot be sent: rows set no {} from arguments",
-                    p.location.name(),
-                    p.name,
-                    if p.location == In::Header {
-                        "headers"
-                    } else {
-                        "cookies"
-                    }
+                    "`formData` parameter `{}` outside Swagger 2.0 is not sent; OpenAPI 3 puts form fields in `requestBody`",
+                    p.name
                 ),
             )),
-            _ => optional.push((p.location, &p.name)),
+            In::Cookie => {
+                let n = note(
+                    "cookie_parameter",
+                    format!(
+                        "{} cookie parameter `{}` cannot be sent: rows set no cookies from arguments",
+                        if p.required { "required" } else { "optional" },
+                        p.name
+                    ),
+                );
+                if p.required {
+                    skip.push(n);
+                } else {
+                    notes.push(n);
+                }
+            }
+            In::Header
+                if !wire_name_fits(&p.name)
+                    || crate::row::expand::header_name_problem(&p.name).is_err() =>
+            {
+                let why = crate::row::expand::header_name_problem(&p.name)
+                    .err()
+                    .unwrap_or_else(|| {
+                        format!("`{}` is a name a request line cannot hold", p.name)
+                    });
+                let n = note("header_parameter", format!("header parameter: {why}"));
+                if p.required {
+                    skip.push(n);
+                } else {
+                    notes.push(n);
+                }
+            }
+            _ => others.extend(param_arg(cx, &mut reader, p, &mut notes, &mut skip)),
         }
     }
-    for location in [In::Query, In::Header, In::Cookie] {
-        let names: Vec<&str> = optional
-            .iter()
-            .filter(|(l, _)| *l == location)
-            .map(|(_, n)| *n)
-            .collect();
-        if !names.is_empty() {
-            notes.push(note(
-                match location {
-                    In::Query => "optional_query",
-                    In::Header => "optional_header",
-                    _ => "optional_cookie",
-                },
-                format!(
-                    "optional {} parameter{} not placed: {} ({})",
-                    location.name(),
-                    if names.len() == 1 { "" } else { "s" },
-                    names.join(", "),
-                    if location == In::Query {
-                        "a slot is a required piece and is always sent"
-                    } else {
-                        "rows send no such values from arguments"
-                    }
-                ),
-            ));
-        }
-    }
+    let mut body_kind = None;
     if let Some(body) = &op.body {
-        args.extend(body_arg(
-            cx,
-            &mut reader,
-            body,
-            &args,
-            &mut notes,
-            &mut skip,
-        ));
+        let (fields, kind) = body_args(cx, &mut reader, body, &mut notes, &mut skip);
+        body_kind = kind;
+        for f in fields {
+            if let Place::Field(w) = &f.place
+                && !wire_name_fits(w)
+            {
+                let n = note(
+                    "body_field",
+                    format!("body field `{w}` has a name a request line cannot hold"),
+                );
+                if f.required {
+                    skip.push(n);
+                } else {
+                    notes.push(n);
+                }
+                continue;
+            }
+            others.push(f);
+        }
     }
+    // Required before optional, each group in the document's order; one name per argument.
+    others.sort_by_key(|a| !a.required);
+    let mut named: Vec<Arg> = Vec::new();
+    for a in others {
+        named.push(a);
+    }
+    unique_names(&mut args, &mut named);
+    args.extend(named);
     if !op.callbacks.is_empty() {
         notes.push(note(
             "callbacks",
@@ -223,16 +264,22 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
         Some(b) => b,
         None => cx.base.clone().map_err(|e| vec![note("no_server", e)])?,
     };
-    let target = target(&op.method, &base, &op.path, &path_names, &args)
-        .map_err(|e| vec![note("target", e)])?;
-    let payload = match args.iter().position(|a| a.body) {
-        Some(i) => format!("${}+", i + 1),
-        None => String::new(),
-    };
+    let target = target(&op.method, &base, &op.path, &args).map_err(|e| vec![note("target", e)])?;
+    let payload = request_lines(&args, body_kind);
 
-    let (auth, auth_notes) = match &cx.options.auth {
-        Some(a) => (a.clone(), Vec::new()),
-        None => cx.schemes.auth_for(op.security),
+    let (auth, auth_notes) = match (&cx.options.auth, &credential_param) {
+        (Some(a), _) => (a.clone(), Vec::new()),
+        (None, Some((location, name))) => {
+            let env = format!("{}_{}", cx.env_base, crate::import::auth::env_part(name));
+            let env = env.trim_start_matches('_').to_string();
+            let auth = if *location == In::Query {
+                format!("query:{name}={env}")
+            } else {
+                format!("headers:{}", json!({ name.as_str(): format!("${env}") }))
+            };
+            (auth, Vec::new())
+        }
+        (None, None) => cx.schemes.auth_for(op.security),
     };
     notes.extend(auth_notes.into_iter().map(|m| note("security", m)));
 
@@ -292,17 +339,11 @@ pub fn path_params(path: &str) -> Vec<String> {
     out
 }
 
-/// The target: base URL, path with `$N` for its parameters, required query parameters.
-fn target(
-    method: &str,
-    base: &str,
-    path: &str,
-    path_names: &[String],
-    args: &[Arg],
-) -> Result<String, String> {
-    let slot = |name: &str, body: bool| {
+/// The target: base URL, the path with `$N` for its parameters, and one query expression.
+fn target(method: &str, base: &str, path: &str, args: &[Arg]) -> Result<String, String> {
+    let slot = |name: &str| {
         args.iter()
-            .position(|a| a.name == name && a.body == body)
+            .position(|a| a.place == Place::Path(name.to_string()))
             .map(|i| format!("${}", i + 1))
     };
     let mut url = base.to_string();
@@ -315,30 +356,122 @@ fn target(
             break;
         };
         let name = &rest[open + 1..open + close];
-        match path_names
-            .iter()
-            .find(|n| *n == name)
-            .and_then(|n| slot(n, false))
-        {
+        match slot(name) {
             Some(s) => url.push_str(&s),
             None => push_literal(&mut url, &rest[open..=open + close]),
         }
         rest = &rest[open + close + 1..];
     }
     push_literal(&mut url, rest);
-    let mut sep = if url.contains('?') { '&' } else { '?' };
-    for (i, a) in args.iter().enumerate() {
-        if a.body || path_names.contains(&a.name) {
-            continue;
-        }
-        url.push(sep);
-        url.extend(percent_encoding::utf8_percent_encode(&a.name, COMPONENT));
-        url.push_str(&format!("=${}", i + 1));
-        sep = '&';
+    let query: Vec<String> = args
+        .iter()
+        .filter_map(|a| match &a.place {
+            Place::Query(wire, mode) => Some(format!(
+                "{wire}{}",
+                match mode {
+                    Mode::Plain => "",
+                    Mode::Explode => "*",
+                    Mode::Brackets => "[]",
+                }
+            )),
+            _ => None,
+        })
+        .collect();
+    if !query.is_empty() {
+        let op = if url.contains('?') { '&' } else { '?' };
+        url.push_str(&format!("{{{op}{}}}", query.join(",")));
     }
     let target = format!("{method} {url}");
     HttpTarget::parse(&target).map_err(|e| format!("{}: {}", e.message, e.help))?;
     Ok(target)
+}
+
+/// The payload: a header line and a body line, as the arguments' places say.
+fn request_lines(args: &[Arg], body: Option<BodyKind>) -> String {
+    let item = |wire: &str, name: &str| {
+        if wire == name {
+            name.to_string()
+        } else {
+            format!("{wire}={name}")
+        }
+    };
+    let mut lines = Vec::new();
+    let headers: Vec<String> = args
+        .iter()
+        .filter_map(|a| match &a.place {
+            Place::Header(w) => Some(item(w, &a.name)),
+            _ => None,
+        })
+        .collect();
+    if !headers.is_empty() {
+        lines.push(format!("{{header:{}}}", headers.join(",")));
+    }
+    let fields: Vec<String> = args
+        .iter()
+        .filter_map(|a| match &a.place {
+            Place::Field(w) => Some(item(w, &a.name)),
+            Place::Body => Some(a.name.clone()),
+            _ => None,
+        })
+        .collect();
+    if let (Some(kind), false) = (body, fields.is_empty()) {
+        lines.push(format!("{{{}:{}}}", kind.name(), fields.join(",")));
+    }
+    lines.join("\n")
+}
+
+/// A name a request line can hold as it is (no `,`, `=`, braces or line break).
+fn wire_name_fits(name: &str) -> bool {
+    !name.is_empty() && !name.contains([',', '=', '{', '}', '\n', '\r'])
+}
+
+/// A query or header parameter that carries the credential, by the names APIs give it.
+fn is_credential(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "token"
+            | "access_token"
+            | "auth_token"
+            | "api_key"
+            | "apikey"
+            | "api-key"
+            | "x-api-key"
+            | "x-auth-token"
+    )
+}
+
+/// One `input_schema` name per argument. The query's names stay (the URL expression sends
+/// the name it reads); a path parameter that shares one becomes `path_NAME` (its slot is by
+/// position), a header `header_NAME`, a body field `body_NAME`.
+fn unique_names(path: &mut [Arg], named: &mut [Arg]) {
+    let mut taken: Vec<String> = named
+        .iter()
+        .filter(|a| matches!(a.place, Place::Query(..)))
+        .map(|a| a.name.clone())
+        .collect();
+    let fresh = |a: &mut Arg, prefix: &str, taken: &mut Vec<String>| {
+        if taken.contains(&a.name) {
+            let original = a.name.clone();
+            let mut name = format!("{prefix}_{original}");
+            let mut n = 2;
+            while taken.contains(&name) {
+                name = format!("{prefix}_{original}_{n}");
+                n += 1;
+            }
+            a.name = name;
+        }
+        taken.push(a.name.clone());
+    };
+    for a in path.iter_mut() {
+        fresh(a, "path", &mut taken);
+    }
+    for a in named.iter_mut() {
+        match a.place {
+            Place::Query(..) => {}
+            Place::Header(_) => fresh(a, "header", &mut taken),
+            _ => fresh(a, "body", &mut taken),
+        }
+    }
 }
 
 /// Literal path text, with `$` and anything a URL cannot hold percent-encoded (so no literal
@@ -357,7 +490,7 @@ fn push_literal(url: &mut String, text: &str) {
     }
 }
 
-/// `input_schema`: every argument, all required, in positional order; cut to size, and
+/// `input_schema`: every argument in positional order, the required ones required; cut to size, and
 /// simplified when the validator cannot compile it.
 fn input_schema(args: &[Arg], notes: &mut Vec<Note>) -> Json {
     let mut props = Map::new();
@@ -365,8 +498,13 @@ fn input_schema(args: &[Arg], notes: &mut Vec<Note>) -> Json {
         props.insert(a.name.clone(), a.schema.clone());
     }
     let mut s = json!({"type": "object", "properties": props});
-    if !args.is_empty() {
-        s["required"] = json!(args.iter().map(|a| a.name.clone()).collect::<Vec<_>>());
+    let required: Vec<String> = args
+        .iter()
+        .filter(|a| a.required)
+        .map(|a| a.name.clone())
+        .collect();
+    if !required.is_empty() {
+        s["required"] = json!(required);
     }
     if schema::size(&s) > SCHEMA_BYTES {
         s = schema::without_nested_docs(&s);
@@ -408,9 +546,14 @@ fn input_schema(args: &[Arg], notes: &mut Vec<Note>) -> Json {
 /// Argument strings from the document's examples, when it has one for every argument; each
 /// checked against `input_schema`.
 fn examples(args: &[Arg], schema: &Json, notes: &mut Vec<Note>) -> Vec<String> {
-    if args.is_empty() || args.iter().any(|a| a.examples.is_empty()) {
+    // The leading arguments the document has examples of: every required one, and the
+    // optional ones after them up to the first without.
+    let k = args.iter().take_while(|a| !a.examples.is_empty()).count();
+    if k == 0 || args.iter().skip(k).any(|a| a.required) {
         return Vec::new();
     }
+    let all = args.len();
+    let args = &args[..k];
     let Ok(compiled) = ArgSchema::compile(schema) else {
         return Vec::new();
     };
@@ -428,8 +571,9 @@ fn examples(args: &[Arg], schema: &Json, notes: &mut Vec<Note>) -> Vec<String> {
             let Some(p) = piece(&a.examples[v.min(a.examples.len() - 1)]) else {
                 break;
             };
-            // Only the last argument may contain a pipe; `$N+` puts it back.
-            if i + 1 < args.len() && p.contains('|') {
+            // Only the very last argument may contain a pipe: the pieces beyond the schema's
+            // properties join into it.
+            if (i + 1 < all) && p.contains('|') {
                 break;
             }
             // An example is one line of text: `# EX:` shows it as it is.

@@ -116,6 +116,8 @@ pub struct Report {
     pub version: String,
     pub operations: usize,
     pub selected: usize,
+    /// Selected operations whose row can send every parameter they document.
+    pub reachable: usize,
     /// About the document as a whole (its webhooks, which no row receives).
     pub document_notes: Vec<Note>,
     pub rows: Vec<RowReport>,
@@ -138,6 +140,32 @@ pub struct Report {
 impl Report {
     pub fn count(&self, status: Status) -> usize {
         self.rows.iter().filter(|r| r.status == status).count()
+    }
+
+    /// Selected operations whose row can send every parameter the operation documents (its
+    /// notes name nothing in [`UNREACHABLE`]); the rest are rows with such a note, or skipped.
+    pub fn fully_reachable(&self) -> usize {
+        self.rows.iter().filter(|r| r.reachable()).count()
+    }
+}
+
+/// Note kinds that say a parameter the operation documents cannot be sent by its row: an
+/// object in a path or header, a cookie, a file, a body of another media type, a list with a
+/// delimiter other than the comma, a name a request line cannot hold.
+pub const UNREACHABLE: &[&str] = &[
+    "object_parameter",
+    "cookie_parameter",
+    "header_parameter",
+    "body_media",
+    "body_field",
+    "file_field",
+    "list_format",
+];
+
+impl RowReport {
+    /// Every parameter of the operation can be sent.
+    pub fn reachable(&self) -> bool {
+        !self.notes.iter().any(|n| UNREACHABLE.contains(&n.kind))
     }
 }
 
@@ -246,6 +274,7 @@ pub fn import(
         auth::env_part(&options.prefix)
     };
     let schemes = auth::Schemes::read(&doc.root, doc.version, &env_base);
+
     report.schemes = schemes
         .all()
         .map(|(n, s)| (n.clone(), s.describe()))
@@ -263,6 +292,7 @@ pub fn import(
         options,
         base,
         title: title.clone(),
+        env_base,
     };
 
     let mut drafts: Vec<Draft> = Vec::new();
@@ -461,6 +491,7 @@ pub fn import(
             notes: row.draft.notes,
         });
     }
+    report.reachable = report.fully_reachable();
     Ok(Import {
         writes,
         deletes,

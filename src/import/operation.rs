@@ -75,7 +75,7 @@ pub enum Body<'d> {
     Form {
         required: bool,
         multipart: bool,
-        fields: Vec<String>,
+        fields: Vec<Param<'d>>,
     },
 }
 
@@ -366,6 +366,6 @@ fn swagger_body<'d>(
             || fields
                 .iter()
                 .any(|f| f.def.get("type").and_then(Json::as_str) == Some("file")),
-        fields: fields.into_iter().map(|f| f.name).collect(),
+        fields,
     })
 }

@@ -33,6 +33,10 @@ fn absolute(url: &str, origin: &str) -> Result<String, String> {
     if url.starts_with("http://") || url.starts_with("https://") {
         return Ok(url.trim_end_matches('/').to_string());
     }
+    // Scheme-relative (`//api.example.com/v1`): https, wherever the document came from.
+    if let Some(rest) = url.strip_prefix("//") {
+        return Ok(format!("https://{}", rest.trim_end_matches('/')));
+    }
     let base = reqwest::Url::parse(origin)
         .ok()
         .filter(|u| u.scheme().starts_with("http"));
@@ -117,5 +121,26 @@ pub fn of_document(doc: &Document, server: Option<&str>) -> Result<String, Strin
             }
             absolute(&url, &doc.origin)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_and_scheme_relative_servers() {
+        let servers = json!([{"url": "//api.example.com/v1/"}]);
+        assert_eq!(
+            of_servers(&servers, "spec.yaml").as_deref(),
+            Ok("https://api.example.com/v1")
+        );
+        let servers = json!([{"url": "/api/v3"}]);
+        assert_eq!(
+            of_servers(&servers, "http://127.0.0.1:9/docs/openapi.json").as_deref(),
+            Ok("http://127.0.0.1:9/api/v3")
+        );
+        let err = of_servers(&servers, "spec.yaml").expect_err("no base to resolve against");
+        assert!(err.contains("--server"), "{err}");
     }
 }

@@ -48,9 +48,32 @@ fn coerce(piece: &str, prop: &Json) -> Json {
             _ => None,
         },
         Some("array") | Some("object") => serde_json::from_str(text).ok(),
+        None => variant_value(text, prop),
         _ => None,
     };
     parsed.unwrap_or_else(|| Json::String(piece.to_string()))
+}
+
+/// A property with no type of its own but `anyOf`/`oneOf` variants (`{"anyOf": [{"type":
+/// "object"}, {"type": "integer"}]}`): the piece as JSON when it parses as a value of one of
+/// the variants' types other than text, so an object or a number reaches the validator as one.
+fn variant_value(text: &str, prop: &Json) -> Option<Json> {
+    let variants = prop
+        .get("anyOf")
+        .or_else(|| prop.get("oneOf"))
+        .and_then(Json::as_array)?;
+    let types: Vec<&str> = variants.iter().filter_map(declared_type).collect();
+    let value: Json = serde_json::from_str(text).ok()?;
+    let fits = match &value {
+        Json::Object(_) => types.contains(&"object"),
+        Json::Array(_) => types.contains(&"array"),
+        Json::Bool(_) => types.contains(&"boolean"),
+        Json::Number(n) => {
+            types.contains(&"number") || (types.contains(&"integer") && (n.is_i64() || n.is_u64()))
+        }
+        _ => false,
+    };
+    fits.then_some(value)
 }
 
 /// Map positional pieces onto the schema's properties. Extra pieces join into the last
@@ -180,6 +203,20 @@ mod tests {
         assert_eq!(
             object_to_positional(&schema(), &obj),
             vec!["37.77", "-122.42", "a|b"]
+        );
+    }
+
+    #[test]
+    fn variants_take_their_type() {
+        let s = json!({"type": "object", "properties": {
+            "address": {"anyOf": [{"type": "object"}, {"type": "string", "enum": [""]}]},
+            "created": {"anyOf": [{"type": "object"}, {"type": "integer"}]},
+            "note": {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+        }});
+        let obj = positional_to_object(&s, &split_body(r#"{"city":"X"}|5|{"a":1}"#));
+        assert_eq!(
+            Json::Object(obj),
+            json!({"address": {"city": "X"}, "created": 5, "note": "{\"a\":1}"})
         );
     }
 

@@ -12,6 +12,7 @@ pub mod call;
 pub mod catalogue;
 pub mod credential;
 pub mod diag;
+pub mod expand;
 pub mod flow;
 pub mod mcp;
 pub mod route;

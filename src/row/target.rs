@@ -80,6 +80,20 @@ impl HttpTarget {
                 "write a host: https://api.example.com/…",
             ));
         }
+        if authority.contains(['{', '}']) {
+            return Err(err(
+                format!("the host or port (`{authority}`) holds a brace"),
+                "keep host and port fixed; expressions (`{?name}`, `{/name}`) go in the path or the query",
+            ));
+        }
+        if crate::row::expand::has_url_expressions(url)
+            && let Err(e) = crate::row::expand::url_parts(url)
+        {
+            return Err(err(
+                format!("the target's expression {e}"),
+                "write `{?name,other}`, `{&name}` or `{/name}`; `name*` explodes, `name[]` sends brackets",
+            ));
+        }
         if url.contains(char::is_whitespace) {
             return Err(err(
                 "the URL contains white space",
@@ -112,6 +126,8 @@ mod tests {
         let t = HttpTarget::parse("GET https://api.example.com:8443/a/$1?q=$2").unwrap();
         assert_eq!(t.origin(), "https://api.example.com:8443");
         assert!(t.is_read_only());
+        let t = HttpTarget::parse("GET https://api.example.com/a/$1{/b}{?c,d[],e*}").unwrap();
+        assert_eq!(t.origin(), "https://api.example.com");
         for bad in [
             "FETCH https://x.example/a",
             "GET",
@@ -120,6 +136,9 @@ mod tests {
             "GET $1://api.example.com/",
             "GET ftp://x/",
             "GET /relative",
+            "GET https://api.example.com{?a}/x",
+            "GET https://api.example.com/x{?a:3}",
+            "GET https://api.example.com/x{?a",
         ] {
             assert!(HttpTarget::parse(bad).is_err(), "{bad}");
         }

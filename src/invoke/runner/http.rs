@@ -12,7 +12,9 @@ use super::{
 };
 use crate::invoke::egress::{Egress, Resolver};
 use crate::invoke::outcome::Failure;
+use crate::row::args::positional_to_object;
 use crate::row::credential::{Credential, expand_env};
+use crate::row::expand;
 use crate::row::target::HttpTarget;
 use crate::row::template::{self, Context, Vars};
 use base64::Engine as _;
@@ -175,7 +177,13 @@ pub fn prepare(call: &Call<'_>, access_token: Option<&str>) -> Result<Prepared, 
         args: call.args,
         ..Default::default()
     };
-    let mut url = render_url(target, vars)?;
+    // Named arguments (`{?limit}`, `{form:name}`): the pieces put on `input_schema`'s
+    // properties, typed as `invoke::prepare` validated them; an empty piece is absent.
+    let named = match &row.input_schema {
+        Some(schema) => positional_to_object(schema, call.args),
+        None => Default::default(),
+    };
+    let mut url = render_named_url(target, vars, &named)?;
     let method = Method::from_bytes(target.method.as_bytes())
         .map_err(|_| Failure::new("http:bad_target", &target.method))?;
 
@@ -203,7 +211,37 @@ pub fn prepare(call: &Call<'_>, access_token: Option<&str>) -> Result<Prepared, 
     }
 
     let payload = row.payload();
-    let body = if payload.trim().is_empty() {
+    let lines = match expand::lines(payload) {
+        Some(Ok(l)) => Some(l),
+        Some(Err(e)) => return Err(Failure::new("http:bad_template", e)),
+        None => None,
+    };
+    if let Some(lines) = &lines {
+        for (name, value) in expand::headers(lines, &named).map_err(bad_args)? {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| Failure::new("http:bad_template", format!("`{name}`")))?;
+            let value = HeaderValue::from_str(&value).map_err(|_| {
+                bad_args(format!(
+                    "{name}: a header value cannot carry these characters"
+                ))
+            })?;
+            // The credential's header, set above, is never replaced by an argument.
+            if !headers.contains_key(&name) {
+                headers.insert(name, value);
+            }
+        }
+    }
+    let body = if let Some(lines) = &lines {
+        match expand::body(lines, &named).map_err(bad_args)? {
+            Some(b) => {
+                let ct = HeaderValue::from_str(&b.content_type)
+                    .map_err(|_| Failure::new("http:bad_template", b.content_type.clone()))?;
+                headers.insert(CONTENT_TYPE, ct);
+                Some(b.text)
+            }
+            None => None,
+        }
+    } else if payload.trim().is_empty() {
         None
     } else {
         let ctx = Context::for_body(payload);
@@ -239,10 +277,25 @@ fn missing(needed: usize, got: usize) -> Failure {
     )
 }
 
+fn bad_args(detail: String) -> Failure {
+    Failure::new("bad_args", detail)
+}
+
 /// The target URL with its slots filled, refused if the origin moved.
 pub fn render_url(target: &HttpTarget, vars: Vars<'_>) -> Result<Url, Failure> {
+    render_named_url(target, vars, &Default::default())
+}
+
+/// [`render_url`] with the target's expressions (`{?limit}`, `{/id}`) expanded from `named`.
+pub fn render_named_url(
+    target: &HttpTarget,
+    vars: Vars<'_>,
+    named: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Url, Failure> {
     let text =
         template::render(&target.url, Context::Url, vars).map_err(|m| missing(m.needed, m.got))?;
+    // After the slots: a `$N` value is percent-encoded, so it can never open an expression.
+    let text = expand::expand_url(&text, named).map_err(bad_args)?;
     let url = Url::parse(&text).map_err(|e| Failure::new("http:bad_url", e.to_string()))?;
     let origin = Url::parse(target.origin())
         .map_err(|e| Failure::new("http:bad_url", format!("{}: {e}", target.origin())))?;
