@@ -420,7 +420,7 @@ async fn two_dispatchers_on_postgresql_issue_checkpoints_that_all_verify() {
     let load = tokio::spawn({
         let (pa, pb) = (a.port, b.port);
         async move {
-            let (x, y) = tokio::join!(invoke_many(pa, 300, 4, "a"), invoke_many(pb, 300, 4, "b"));
+            let (x, y) = tokio::join!(invoke_many(pa, 600, 4, "a"), invoke_many(pb, 600, 4, "b"));
             x.len() + y.len()
         }
     });
@@ -430,13 +430,13 @@ async fn two_dispatchers_on_postgresql_issue_checkpoints_that_all_verify() {
         let served = if turn % 2 == 0 { &a } else { &b };
         turn += 1;
         checkpoints.push(text(&client, &served.url("/api/ledger/checkpoint")).await);
-        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(load.await.unwrap(), 600);
+    assert_eq!(load.await.unwrap(), 1200);
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let last = text(&client, &b.url("/api/ledger/checkpoint")).await;
     let last_size = size_of(&last);
-    assert_eq!(last_size, 600);
+    assert_eq!(last_size, 1200);
     assert!(
         checkpoints.len() >= 3,
         "{} checkpoints taken",
@@ -464,7 +464,7 @@ async fn two_dispatchers_on_postgresql_issue_checkpoints_that_all_verify() {
     }
     // Receipts from both dispatchers are included in it.
     let pg = common::pg_connect(&db.url).await;
-    for seq in [1i64, 299, 600] {
+    for seq in [1i64, 599, 1200] {
         let row = pg
             .query_one("SELECT id, hash FROM receipts WHERE seq = $1", &[&seq])
             .await

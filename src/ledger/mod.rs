@@ -365,7 +365,8 @@ impl Walk {
         self.prev = hash.to_string();
         self.expected_seq += 1;
         self.count += 1;
-        for (level, _, node) in self.tree.push(tlog::leaf(hash)?) {
+        // Leaves are not stored (each is its receipt's hash, checked above): inner nodes are.
+        for (level, _, node) in self.tree.push(tlog::leaf(hash)?).into_iter().skip(1) {
             if self.nodes.len() <= level as usize {
                 self.nodes.resize_with(level as usize + 1, Vec::new);
             }
@@ -379,6 +380,7 @@ impl Walk {
     fn finish(
         self,
         stored: impl IntoIterator<Item = Result<crate::trust::merkle::Node>>,
+        edge: Option<(u64, Vec<u8>)>,
     ) -> Result<Verdict> {
         let size = self.tree.size();
         let broken = |why: String| Verdict::Broken {
@@ -401,6 +403,15 @@ impl Walk {
             seen += 1;
         }
         let made: usize = self.nodes.iter().map(Vec::len).sum();
+        let edge_holds = match edge {
+            None => size == 0,
+            Some((kept, bytes)) => kept == size && bytes == self.tree.edge(),
+        };
+        if !edge_holds {
+            return Ok(broken(format!(
+                "the tree's kept right edge is not the one the {size} receipts make: it was changed"
+            )));
+        }
         if seen != made {
             return Ok(broken(format!(
                 "the tree has {seen} of the {made} nodes the {size} receipts make: nodes were removed"

@@ -341,19 +341,22 @@ impl WriterConn {
     /// is behind (a ledger made before the tree).
     async fn frontier_at(&self, size: u64) -> Result<Frontier> {
         let c = &self.client;
-        let stored: u64 = c
-            .query_one(
-                "SELECT coalesce(max(idx) + 1, 0) FROM merkle WHERE level = 0",
-                &[],
-            )
-            .await?
-            .get::<_, i64>(0) as u64;
+        let kept = c
+            .query_opt("SELECT size, edge FROM merkle_edge", &[])
+            .await?;
+        let mut frontier = match kept {
+            None => Frontier::default(),
+            Some(r) => {
+                let stored = r.get::<_, i64>(0) as u64;
+                Frontier::from_edge(stored, r.get(1)).ok_or_else(|| {
+                    anyhow::anyhow!("the ledger's tree edge is not one of {stored} leaves")
+                })?
+            }
+        };
+        let stored = frontier.size();
         if stored > size {
             bail!("the ledger's tree has {stored} leaves but only {size} receipts");
         }
-        let nodes = read_nodes(c, &Frontier::coordinates(stored)).await?;
-        let mut frontier = Frontier::load(stored, &nodes)
-            .ok_or_else(|| anyhow::anyhow!("the ledger's tree lacks a node of its right edge"))?;
         if stored < size {
             let rows = c
                 .query(
@@ -458,30 +461,49 @@ impl WriterConn {
     }
 }
 
-/// Tree nodes as the three arrays `UNNEST` takes.
+/// Inner tree nodes as the three arrays `UNNEST` takes (a leaf is the hash of its receipt's
+/// chain hash: read from the receipt, never stored twice).
 fn node_columns(nodes: &[merkle::Node]) -> (Vec<i32>, Vec<i64>, Vec<&[u8]>) {
+    let inner = || nodes.iter().filter(|n| n.0 > 0);
     (
-        nodes.iter().map(|n| n.0 as i32).collect(),
-        nodes.iter().map(|n| n.1 as i64).collect(),
-        nodes.iter().map(|n| &n.2[..]).collect(),
+        inner().map(|n| n.0 as i32).collect(),
+        inner().map(|n| n.1 as i64).collect(),
+        inner().map(|n| &n.2[..]).collect(),
     )
 }
 
 /// The stored tree nodes at these coordinates, in one query.
 async fn read_nodes(c: &Client, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
-    let levels: Vec<i32> = wanted.iter().map(|w| w.0 as i32).collect();
-    let idxs: Vec<i64> = wanted.iter().map(|w| w.1 as i64).collect();
-    let rows = c
-        .query(
+    let inner = || wanted.iter().filter(|w| w.0 > 0);
+    let levels: Vec<i32> = inner().map(|w| w.0 as i32).collect();
+    let idxs: Vec<i64> = inner().map(|w| w.1 as i64).collect();
+    let seqs: Vec<i64> = wanted
+        .iter()
+        .filter(|w| w.0 == 0)
+        .map(|w| w.1 as i64 + 1)
+        .collect();
+    let node_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&levels, &idxs];
+    let leaf_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&seqs];
+    let (rows, leaves) = tokio::join!(
+        c.query(
             "SELECT m.level, m.idx, m.hash FROM merkle m
              JOIN UNNEST($1::int4[], $2::int8[]) AS w(level, idx)
                ON m.level = w.level AND m.idx = w.idx",
-            &[&levels, &idxs],
-        )
-        .await?;
-    rows.iter()
+            &node_params,
+        ),
+        c.query(
+            "SELECT seq, hash FROM receipts WHERE seq = ANY($1::int8[])",
+            &leaf_params,
+        ),
+    );
+    let mut out = rows?
+        .iter()
         .map(|r| tlog::stored_hash(r.get::<_, i32>(0) as i64, r.get(1), r.get(2)))
-        .collect()
+        .collect::<Result<tlog::Nodes>>()?;
+    for r in &leaves? {
+        out.insert((0, r.get::<_, i64>(0) as u64 - 1), tlog::leaf(r.get(1))?);
+    }
+    Ok(out)
 }
 
 async fn writer(
@@ -547,10 +569,7 @@ impl Ledger for PgLedger {
         Box::pin(async move {
             let rows = self
                 .reader
-                .query(
-                    "SELECT coalesce(max(idx) + 1, 0) FROM merkle WHERE level = 0",
-                    &[],
-                )
+                .query("SELECT coalesce((SELECT size FROM merkle_edge), 0)", &[])
                 .await
                 .with_context(|| format!("reading the tree's size from {}", self.reader.url))?;
             Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
@@ -1006,7 +1025,12 @@ impl Reader {
             }
             if (rows.len() as i64) < PAGE {
                 let nodes = self.all_nodes().await?;
-                return walk.finish(nodes.into_iter().map(Ok));
+                let edge = self
+                    .query("SELECT size, edge FROM merkle_edge", &[])
+                    .await?
+                    .first()
+                    .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1)));
+                return walk.finish(nodes.into_iter().map(Ok), edge);
             }
         }
     }

@@ -72,6 +72,11 @@ CREATE TABLE IF NOT EXISTS merkle (
   hash BLOB NOT NULL,
   PRIMARY KEY (level, idx)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS merkle_edge (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  size INTEGER NOT NULL,
+  edge BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS checkpoints (
   size INTEGER PRIMARY KEY NOT NULL,
   note TEXT NOT NULL,
@@ -202,26 +207,47 @@ fn last_link(db: &Connection) -> rusqlite::Result<(i64, String)> {
         .unwrap_or((0, super::GENESIS.to_string())))
 }
 
-/// How many leaves the stored tree has.
-fn stored_tree_size(db: &Connection) -> rusqlite::Result<u64> {
-    db.prepare_cached("SELECT idx FROM merkle WHERE level = 0 ORDER BY idx DESC LIMIT 1")?
-        .query_row([], |r| r.get::<_, i64>(0))
+/// The stored tree's size and right edge (`merkle_edge`), none before its first receipt.
+fn stored_edge(db: &Connection) -> rusqlite::Result<Option<(u64, Vec<u8>)>> {
+    db.prepare_cached("SELECT size, edge FROM merkle_edge WHERE id = 1")?
+        .query_row([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
         .optional()
-        .map(|last| last.map_or(0, |i| i as u64 + 1))
 }
 
+/// How many leaves the stored tree has.
+fn stored_tree_size(db: &Connection) -> rusqlite::Result<u64> {
+    Ok(stored_edge(db)?.map_or(0, |(size, _)| size))
+}
+
+/// Store the inner nodes (a leaf is the hash of its receipt's chain hash: read from the
+/// receipt, never stored twice).
 fn put_nodes(db: &Connection, nodes: &[merkle::Node]) -> rusqlite::Result<()> {
     let mut put = db.prepare_cached("INSERT INTO merkle (level, idx, hash) VALUES (?1, ?2, ?3)")?;
-    for (level, idx, hash) in nodes {
+    for (level, idx, hash) in nodes.iter().filter(|n| n.0 > 0) {
         put.execute(params![level, *idx as i64, &hash[..]])?;
     }
     Ok(())
 }
 
+fn put_edge(db: &Connection, frontier: &Frontier) -> rusqlite::Result<()> {
+    db.prepare_cached("INSERT OR REPLACE INTO merkle_edge (id, size, edge) VALUES (1, ?1, ?2)")?
+        .execute(params![frontier.size() as i64, frontier.edge()])?;
+    Ok(())
+}
+
 fn read_nodes(db: &Connection, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
     let mut get = db.prepare_cached("SELECT hash FROM merkle WHERE level = ?1 AND idx = ?2")?;
+    let mut leaf = db.prepare_cached("SELECT hash FROM receipts WHERE seq = ?1")?;
     let mut out = tlog::Nodes::new();
     for &(level, idx) in wanted {
+        if level == 0 {
+            let found: Option<String> =
+                leaf.query_row([idx as i64 + 1], |r| r.get(0)).optional()?;
+            if let Some(hash) = found {
+                out.insert((0, idx), tlog::leaf(&hash)?);
+            }
+            continue;
+        }
         let found: Option<Vec<u8>> = get
             .query_row(params![level, idx as i64], |r| r.get(0))
             .optional()?;
@@ -236,13 +262,16 @@ fn read_nodes(db: &Connection, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
 /// The tree's right edge for the first `size` receipts, catching the stored tree up from the
 /// receipts' hashes when it is behind (a ledger made before the tree, in this transaction).
 fn frontier_at(db: &Connection, size: u64) -> Result<Frontier> {
-    let stored = stored_tree_size(db)?;
+    let mut frontier = match stored_edge(db)? {
+        None => Frontier::default(),
+        Some((stored, edge)) => Frontier::from_edge(stored, &edge).ok_or_else(|| {
+            anyhow::anyhow!("the ledger's tree edge is not one of {stored} leaves")
+        })?,
+    };
+    let stored = frontier.size();
     if stored > size {
         bail!("the ledger's tree has {stored} leaves but only {size} receipts");
     }
-    let nodes = read_nodes(db, &Frontier::coordinates(stored))?;
-    let mut frontier = Frontier::load(stored, &nodes)
-        .ok_or_else(|| anyhow::anyhow!("the ledger's tree lacks a node of its right edge"))?;
     if stored < size {
         let mut q = db.prepare("SELECT hash FROM receipts WHERE seq > ?1 ORDER BY seq")?;
         let mut rows = q.query([stored as i64])?;
@@ -253,6 +282,7 @@ fn frontier_at(db: &Connection, size: u64) -> Result<Frontier> {
         if frontier.size() != size {
             bail!("the ledger's receipts are not numbered 1 to {size}");
         }
+        put_edge(db, &frontier)?;
         tracing::info!(receipts = size, "the receipt log's Merkle tree caught up");
     }
     Ok(frontier)
@@ -292,6 +322,7 @@ fn commit_batch(
         for (_, _, hash) in &links {
             put_nodes(&tx, &edge.push(tlog::leaf(hash)?))?;
         }
+        put_edge(&tx, &edge)?;
     }
     tx.commit()?;
     *frontier = Some(edge);
@@ -644,9 +675,10 @@ pub fn verify(path: &Path) -> Result<Verdict> {
             r.get::<_, Vec<u8>>(2)?,
         ))
     })?;
-    walk.finish(nodes.map(|n| {
+    let nodes = nodes.map(|n| {
         let (level, idx, bytes) = n?;
         let ((l, i), h) = tlog::stored_hash(level, idx, &bytes)?;
         Ok((l, i, h))
-    }))
+    });
+    walk.finish(nodes, stored_edge(&db)?)
 }
