@@ -25,6 +25,13 @@ fn capdir(dir: &Path, args: &[&str]) -> Output {
         .expect("run capdir")
 }
 
+/// `capdir ledger verify --key KEY` with `rest`: offline, with files only.
+fn verify(dir: &Path, key: &str, rest: &[&str]) -> Output {
+    let mut args = vec!["ledger", "verify", "--key", key];
+    args.extend_from_slice(rest);
+    capdir(dir, &args)
+}
+
 fn said(o: &Output) -> String {
     format!(
         "{}{}",
@@ -149,18 +156,10 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     let cp1_arg = cp1_file.to_str().unwrap();
     for (id, name) in [(&first, "first"), (&middle, "middle"), (&last, "last")] {
         let file = receipt_with_proof(d, &served, &ledger, id, name).await;
-        let v = capdir(
+        let v = verify(
             d,
-            &[
-                "ledger",
-                "verify",
-                "--key",
-                key_arg,
-                "--checkpoint",
-                cp1_arg,
-                "--receipt",
-                file.to_str().unwrap(),
-            ],
+            key_arg,
+            &["--checkpoint", cp1_arg, "--receipt", file.to_str().unwrap()],
         );
         assert!(v.status.success(), "{name}: {}", said(&v));
         assert!(
@@ -183,17 +182,7 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     );
     let confirm_file = d.join("confirm.json");
     std::fs::write(&confirm_file, confirm.to_string()).unwrap();
-    let v = capdir(
-        d,
-        &[
-            "ledger",
-            "verify",
-            "--key",
-            key_arg,
-            "--receipt",
-            confirm_file.to_str().unwrap(),
-        ],
-    );
+    let v = verify(d, key_arg, &["--receipt", confirm_file.to_str().unwrap()]);
     assert!(v.status.success(), "{}", said(&v));
 
     // Another receipt's proof does not prove this one.
@@ -203,16 +192,10 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
         serde_json::from_str(&std::fs::read_to_string(d.join("last")).unwrap()).unwrap();
     swapped["proof"] = other["proof"].clone();
     std::fs::write(d.join("swapped"), swapped.to_string()).unwrap();
-    let v = capdir(
+    let v = verify(
         d,
-        &[
-            "ledger",
-            "verify",
-            "--key",
-            key_arg,
-            "--receipt",
-            d.join("swapped").to_str().unwrap(),
-        ],
+        key_arg,
+        &["--receipt", d.join("swapped").to_str().unwrap()],
     );
     assert_eq!(v.status.code(), Some(1), "{}", said(&v));
 
@@ -224,13 +207,10 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     )
     .unwrap();
     let tampered = receipt_with_proof(d, &served, &ledger, &middle, "tampered").await;
-    let v = capdir(
+    let v = verify(
         d,
+        key_arg,
         &[
-            "ledger",
-            "verify",
-            "--key",
-            key_arg,
             "--checkpoint",
             cp1_arg,
             "--receipt",
@@ -261,13 +241,10 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     std::fs::write(&proof_file, &proof).unwrap();
     let cp2_arg = cp2_file.to_str().unwrap();
     let proof_arg = proof_file.to_str().unwrap();
-    let v = capdir(
+    let v = verify(
         d,
+        key_arg,
         &[
-            "ledger",
-            "verify",
-            "--key",
-            key_arg,
             "--checkpoint",
             cp1_arg,
             "--checkpoint",
@@ -281,13 +258,10 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     let mut forged: ConsistencyProof = serde_json::from_str(&proof).unwrap();
     forged.hashes[0] = forged.hashes[1].clone();
     std::fs::write(&proof_file, serde_json::to_string(&forged).unwrap()).unwrap();
-    let v = capdir(
+    let v = verify(
         d,
+        key_arg,
         &[
-            "ledger",
-            "verify",
-            "--key",
-            key_arg,
             "--checkpoint",
             cp1_arg,
             "--checkpoint",
@@ -298,13 +272,10 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     );
     assert_eq!(v.status.code(), Some(1), "{}", said(&v));
     std::fs::write(&proof_file, &proof).unwrap();
-    let v = capdir(
+    let v = verify(
         d,
+        key_arg,
         &[
-            "ledger",
-            "verify",
-            "--key",
-            key_arg,
             "--checkpoint",
             cp2_arg,
             "--checkpoint",

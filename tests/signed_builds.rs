@@ -26,6 +26,19 @@ struct Publisher {
 }
 
 impl Publisher {
+    /// A new catalogue repository, its builds served from `dir/host` on `host_port` and
+    /// followed by a dispatcher on `port`.
+    fn new(dir: &Path, host_port: u16, port: u16) -> Publisher {
+        let host_dir = dir.join("host");
+        std::fs::create_dir_all(&host_dir).expect("host dir");
+        Publisher {
+            repo: Repo::new(),
+            site_url: format!("http://127.0.0.1:{host_port}/site/"),
+            dispatcher: format!("http://127.0.0.1:{port}"),
+            host_dir,
+        }
+    }
+
     /// Commit a new row so the next build has a new commit (and a higher build number).
     fn change(&self, n: u32) {
         self.repo.write(
@@ -171,14 +184,8 @@ async fn follows(client: &reqwest::Client, port: u16, number: f64) {
 async fn a_follower_takes_only_what_its_key_signed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (host_port, port) = (common::free_port(), common::free_port());
-    let host_dir = dir.path().join("host");
-    std::fs::create_dir_all(&host_dir).expect("host dir");
-    let publisher = Publisher {
-        repo: Repo::new(),
-        site_url: format!("http://127.0.0.1:{host_port}/site/"),
-        dispatcher: format!("http://127.0.0.1:{port}"),
-        host_dir: host_dir.clone(),
-    };
+    let publisher = Publisher::new(dir.path(), host_port, port);
+    let host_dir = publisher.host_dir.clone();
     let (key1, key2) = (dir.path().join("k1.key"), dir.path().join("k2.key"));
     let (k1, k2) = (key1.to_str().unwrap(), key2.to_str().unwrap());
     let pub1 = new_key(dir.path(), k1);
@@ -287,14 +294,8 @@ async fn a_follower_takes_only_what_its_key_signed() {
 async fn without_a_key_the_follower_says_it_checks_integrity_only() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (host_port, port) = (common::free_port(), common::free_port());
-    let host_dir = dir.path().join("host");
-    std::fs::create_dir_all(&host_dir).expect("host dir");
-    let publisher = Publisher {
-        repo: Repo::new(),
-        site_url: format!("http://127.0.0.1:{host_port}/site/"),
-        dispatcher: format!("http://127.0.0.1:{port}"),
-        host_dir: host_dir.clone(),
-    };
+    let publisher = Publisher::new(dir.path(), host_port, port);
+    let host_dir = publisher.host_dir.clone();
     publisher.change(1);
     publisher.publish(&[], |_| {});
     let _host = static_host(&host_dir, host_port, &dir.path().join("host.log"));

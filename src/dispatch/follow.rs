@@ -289,22 +289,30 @@ impl Follower {
     /// none (404).
     async fn signature(&self) -> Result<Option<String>> {
         let url = self.base.join(manifest::SIG_FILE)?;
+        let Some(response) = self.get(&url, true).await? else {
+            return Ok(None);
+        };
+        let bytes = read_at_most(response, crate::trust::note::MAX_NOTE_BYTES as u64)
+            .await
+            .with_context(|| format!("reading {url}"))?;
+        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// A successful answer to a GET of `url`; `None` for a 404 when `missing_ok`.
+    async fn get(&self, url: &reqwest::Url, missing_ok: bool) -> Result<Option<reqwest::Response>> {
         let response = self
             .client
             .get(url.clone())
             .send()
             .await
             .with_context(|| format!("fetching {url}"))?;
-        if response.status() == reqwest::StatusCode::NOT_FOUND {
+        if missing_ok && response.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
         if !response.status().is_success() {
             bail!("{url} answered {}", response.status());
         }
-        let bytes = read_at_most(response, crate::trust::note::MAX_NOTE_BYTES as u64)
-            .await
-            .with_context(|| format!("reading {url}"))?;
-        Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+        Ok(Some(response))
     }
 
     /// The build held is past its expiry: whatever the host answers, say so (a freeze).
@@ -507,14 +515,9 @@ impl Follower {
     async fn fetch(&self, entry: &manifest::Entry, target: &Path) -> Result<()> {
         let url = self.base.join(&entry.path)?;
         let response = self
-            .client
-            .get(url.clone())
-            .send()
-            .await
-            .with_context(|| format!("fetching {url}"))?;
-        if !response.status().is_success() {
-            bail!("{url} answered {}", response.status());
-        }
+            .get(&url, false)
+            .await?
+            .ok_or_else(|| anyhow!("{url} answered nothing"))?;
         let bytes = read_at_most(response, entry.size).await.with_context(|| {
             format!(
                 "{}: larger than the {} bytes the manifest says",
