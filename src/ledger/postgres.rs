@@ -269,12 +269,8 @@ struct WriterConn {
     lock: Statement,
     last: Statement,
     insert: Statement,
-    /// The tree's new nodes, inserted with their receipts.
+    /// Tree nodes alone (a ledger made before the tree, caught up).
     put_nodes: Statement,
-    /// The tree's right edge as last committed (one row), read in the same pipeline as the
-    /// last link, and written with each batch.
-    edge: Statement,
-    put_edge: Statement,
     /// The tree's right edge after this writer's last batch; reloaded when another
     /// dispatcher appended since.
     frontier: Option<Frontier>,
@@ -298,12 +294,28 @@ impl WriterConn {
             .query_one("SHOW synchronous_commit", &[])
             .await?
             .get(0);
+        // The last link and the tree's right edge as last committed (kept in one row), in one
+        // statement: a writer that another dispatcher overtook reloads its edge from it.
         let last = client
-            .prepare("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1")
+            .prepare(
+                "SELECT r.seq, r.hash, e.size, e.edge
+                 FROM (SELECT 1) AS one
+                 LEFT JOIN LATERAL (SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1) r
+                   ON true
+                 LEFT JOIN merkle_edge e ON true",
+            )
             .await?;
+        // The batch's receipts, the tree's new inner nodes and its new edge, in one statement.
         let insert = client
             .prepare(
-                "INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
+                "WITH nodes AS (
+                   INSERT INTO merkle (level, idx, hash)
+                   SELECT * FROM UNNEST($8::int4[], $9::int8[], $10::bytea[])
+                 ), edge AS (
+                   INSERT INTO merkle_edge (id, size, edge) VALUES (true, $11, $12)
+                   ON CONFLICT (id) DO UPDATE SET size = excluded.size, edge = excluded.edge
+                 )
+                 INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
                  SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],
                                       $6::text[], $7::text[])",
             )
@@ -314,23 +326,12 @@ impl WriterConn {
                  SELECT * FROM UNNEST($1::int4[], $2::int8[], $3::bytea[])",
             )
             .await?;
-        // The tree's right edge is kept in one row beside it, so a writer whose last batch was
-        // not the last one (another dispatcher appended since) reads it with the last link.
-        let edge = client.prepare("SELECT size, edge FROM merkle_edge").await?;
-        let put_edge = client
-            .prepare(
-                "INSERT INTO merkle_edge (id, size, edge) VALUES (true, $1, $2)
-                 ON CONFLICT (id) DO UPDATE SET size = excluded.size, edge = excluded.edge",
-            )
-            .await?;
         Ok(WriterConn {
             client,
             lock,
             last,
             insert,
             put_nodes,
-            edge,
-            put_edge,
             frontier: None,
             synchronous,
         })
@@ -394,16 +395,16 @@ impl WriterConn {
     /// after a failed insert only ends the aborted transaction, and the insert's error counts.
     async fn commit(&mut self, jobs: &[Job]) -> Result<Vec<Link>> {
         let c = &self.client;
-        let (begun, locked, last, edge_rows) = tokio::join!(
+        let (begun, locked, last) = tokio::join!(
             c.batch_execute("BEGIN"),
             c.execute(&self.lock, &[&APPEND_LOCK]),
-            c.query_opt(&self.last, &[]),
-            c.query_opt(&self.edge, &[]),
+            c.query_one(&self.last, &[]),
         );
         begun?;
         locked?;
-        let last = match last? {
-            Some(row) => (row.get(0), row.get(1)),
+        let row = last?;
+        let last = match row.get::<_, Option<i64>>(0) {
+            Some(seq) => (seq, row.get::<_, String>(1)),
             None => (0, super::GENESIS.to_string()),
         };
         let size = last.0 as u64;
@@ -411,10 +412,11 @@ impl WriterConn {
             Some(f) if f.size() == size => f,
             // Another dispatcher appended since: the right edge read with the last link.
             _ => {
-                let kept = edge_rows?.and_then(|r| {
-                    let kept: i64 = r.get(0);
-                    Frontier::from_edge(kept as u64, r.get(1)).filter(|f| f.size() == size)
-                });
+                let kept = row
+                    .get::<_, Option<i64>>(2)
+                    .zip(row.get::<_, Option<Vec<u8>>>(3))
+                    .and_then(|(kept, bytes)| Frontier::from_edge(kept as u64, &bytes))
+                    .filter(|f| f.size() == size);
                 match kept {
                     Some(f) => f,
                     // A ledger made before the tree, or an edge not yet kept.
@@ -435,23 +437,25 @@ impl WriterConn {
         let roots: Vec<Option<&str>> = entries(jobs).map(|e| e.draft.root.as_deref()).collect();
         let repairs: Vec<Option<&str>> =
             entries(jobs).map(|e| e.draft.repairs.as_deref()).collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
-            [&seqs, &ids, &bodies, &prevs, &hashes, &roots, &repairs];
         let (levels, idxs, node_hashes) = node_columns(&nodes);
-        let node_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-            [&levels, &idxs, &node_hashes];
         let (edge_size, edge_bytes) = (edge.size() as i64, edge.edge());
-        let edge_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] =
-            [&edge_size, &edge_bytes];
-        let (inserted, put, put_edge, committed) = tokio::join!(
-            c.execute(&self.insert, &params),
-            c.execute(&self.put_nodes, &node_params),
-            c.execute(&self.put_edge, &edge_params),
-            c.batch_execute("COMMIT"),
-        );
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
+            &seqs,
+            &ids,
+            &bodies,
+            &prevs,
+            &hashes,
+            &roots,
+            &repairs,
+            &levels,
+            &idxs,
+            &node_hashes,
+            &edge_size,
+            &edge_bytes,
+        ];
+        let (inserted, committed) =
+            tokio::join!(c.execute(&self.insert, &params), c.batch_execute("COMMIT"));
         let inserted = inserted?;
-        put?;
-        put_edge?;
         committed?;
         if inserted != links.len() as u64 {
             bail!("{inserted} of {} receipts were inserted", links.len());
