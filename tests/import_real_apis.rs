@@ -6,7 +6,7 @@
 //! content type, the body field by field, and the credential.
 
 use crate::common;
-use crate::invoke_named::{recorder, seen, sha256};
+use crate::invoke_named::{p, pairs, recorder, seen, sha256};
 
 use capdir::import::{Options, document, import};
 use capdir::invoke::Input;
@@ -67,26 +67,6 @@ fn rows_of(rel: &str, prefix: &str, addr: SocketAddr, base_path: &str) -> (Vec<R
 
 fn args(v: Json) -> Input {
     Input::Args(v.as_object().cloned().unwrap_or_default())
-}
-
-fn pairs(v: &Json, field: &str) -> Vec<(String, String)> {
-    v[field]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| {
-                    (
-                        p[0].as_str().unwrap_or("").to_string(),
-                        p[1].as_str().unwrap_or("").to_string(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn p(k: &str, v: &str) -> (String, String) {
-    (k.to_string(), v.to_string())
 }
 
 #[tokio::test]

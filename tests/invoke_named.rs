@@ -78,7 +78,8 @@ pub fn seen(o: &Outcome) -> Json {
     serde_json::from_str(body).expect("the recorder's JSON")
 }
 
-fn pairs(v: &Json, field: &str) -> Vec<(String, String)> {
+/// The `[name, value]` pairs the recorder saw under `field` (query, form).
+pub fn pairs(v: &Json, field: &str) -> Vec<(String, String)> {
     v[field]
         .as_array()
         .map(|a| {
@@ -94,7 +95,7 @@ fn pairs(v: &Json, field: &str) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-fn p(k: &str, v: &str) -> (String, String) {
+pub fn p(k: &str, v: &str) -> (String, String) {
     (k.to_string(), v.to_string())
 }
 

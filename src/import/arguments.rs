@@ -233,24 +233,24 @@ fn named_examples(cx: &Context<'_>, examples: Option<&Json>) -> Vec<Json> {
         .collect()
 }
 
-fn is_json_media(media: &str) -> bool {
-    let m = media
+/// A media type without its parameters, lower-cased.
+fn essence(media: &str) -> String {
+    media
         .split(';')
         .next()
         .unwrap_or("")
         .trim()
-        .to_ascii_lowercase();
+        .to_ascii_lowercase()
+}
+
+fn is_json_media(media: &str) -> bool {
+    let m = essence(media);
     m == "application/json" || m.ends_with("+json") || m.ends_with("/json") || m == "*/*"
 }
 
 /// The media types a body can be sent as, best first.
 fn media_rank(media: &str) -> Option<(u8, BodyKind)> {
-    let m = media
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let m = essence(media);
     if m == "application/json" {
         Some((0, BodyKind::Json))
     } else if is_json_media(&m) {
