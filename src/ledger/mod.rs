@@ -306,10 +306,10 @@ struct Walk {
     prev: String,
     expected_seq: i64,
     count: u64,
-    /// The Merkle tree over the receipts walked, and every node it made, by level and index,
-    /// to compare with the stored ones at the end.
+    /// The Merkle tree over the receipts walked, and every inner node it made, in the order
+    /// it made them (the order runs are stored in), to compare with the stored ones at the end.
     tree: crate::trust::merkle::Frontier,
-    nodes: Vec<Vec<crate::trust::merkle::Hash>>,
+    nodes: Vec<crate::trust::merkle::Node>,
 }
 
 impl Walk {
@@ -366,20 +366,16 @@ impl Walk {
         self.expected_seq += 1;
         self.count += 1;
         // Leaves are not stored (each is its receipt's hash, checked above): inner nodes are.
-        for (level, _, node) in self.tree.push(tlog::leaf(hash)?).into_iter().skip(1) {
-            if self.nodes.len() <= level as usize {
-                self.nodes.resize_with(level as usize + 1, Vec::new);
-            }
-            self.nodes[level as usize].push(node);
-        }
+        let made = self.tree.push(tlog::leaf(hash)?);
+        self.nodes.extend(made.into_iter().skip(1));
         Ok(None)
     }
 
     /// Every link held: the tree stored beside the chain must be the tree of the receipts
-    /// walked, node for node. `stored` gives the stored nodes in `(level, index)` order.
+    /// walked, node for node. `stored` gives the stored runs (`tlog::runs`) in order.
     fn finish(
         self,
-        stored: impl IntoIterator<Item = Result<crate::trust::merkle::Node>>,
+        stored: impl IntoIterator<Item = Result<(i64, Vec<u8>)>>,
         edge: Option<(u64, Vec<u8>)>,
     ) -> Result<Verdict> {
         let size = self.tree.size();
@@ -389,20 +385,32 @@ impl Walk {
             why,
         };
         let mut seen = 0usize;
-        for node in stored {
-            let (level, index, hash) = node?;
-            let expected = self
-                .nodes
-                .get(level as usize)
-                .and_then(|l| l.get(index as usize));
-            if expected != Some(&hash) {
+        for run in stored {
+            let (first, hashes) = run?;
+            if usize::try_from(first).ok() != Some(seen) || hashes.len() % 32 != 0 {
                 return Ok(broken(format!(
-                    "the tree node at level {level}, index {index} is not the one the {size} receipts make: it was changed or added"
+                    "the tree's stored nodes break off at node {seen} (a run starts at {first}, {} bytes long): nodes were removed or added",
+                    hashes.len()
                 )));
             }
-            seen += 1;
+            for hash in hashes.chunks_exact(32) {
+                match self.nodes.get(seen) {
+                    Some((_, _, made)) if made[..] == *hash => {}
+                    Some((level, index, _)) => {
+                        return Ok(broken(format!(
+                            "the tree node at level {level}, index {index} is not the one the {size} receipts make: it was changed"
+                        )));
+                    }
+                    None => {
+                        return Ok(broken(format!(
+                            "the tree stores more nodes than the {size} receipts make: nodes were added"
+                        )));
+                    }
+                }
+                seen += 1;
+            }
         }
-        let made: usize = self.nodes.iter().map(Vec::len).sum();
+        let made = self.nodes.len();
         let edge_holds = match edge {
             None => size == 0,
             Some((kept, bytes)) => kept == size && bytes == self.tree.edge(),

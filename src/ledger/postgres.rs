@@ -118,6 +118,17 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
            edge BYTEA NOT NULL
          );",
     ),
+    (
+        6,
+        "the Merkle tree's nodes kept in runs, a row a batch",
+        // The nodes are the receipts' to make again: the writer catches the tree up.
+        "DROP TABLE merkle;
+         DELETE FROM merkle_edge;
+         CREATE TABLE merkle_runs (
+           first BIGINT PRIMARY KEY,
+           hashes BYTEA NOT NULL
+         );",
+    ),
 ];
 
 /// A `postgres://` URL: the text as given (password included, so it stays out of logs) and
@@ -309,10 +320,10 @@ impl WriterConn {
         let insert = client
             .prepare(
                 "WITH nodes AS (
-                   INSERT INTO merkle (level, idx, hash)
-                   SELECT * FROM UNNEST($8::int4[], $9::int8[], $10::bytea[])
+                   INSERT INTO merkle_runs (first, hashes)
+                   SELECT * FROM UNNEST($8::int8[], $9::bytea[])
                  ), edge AS (
-                   INSERT INTO merkle_edge (id, size, edge) VALUES (true, $11, $12)
+                   INSERT INTO merkle_edge (id, size, edge) VALUES (true, $10, $11)
                    ON CONFLICT (id) DO UPDATE SET size = excluded.size, edge = excluded.edge
                  )
                  INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
@@ -322,8 +333,8 @@ impl WriterConn {
             .await?;
         let put_nodes = client
             .prepare(
-                "INSERT INTO merkle (level, idx, hash)
-                 SELECT * FROM UNNEST($1::int4[], $2::int8[], $3::bytea[])",
+                "INSERT INTO merkle_runs (first, hashes)
+                 SELECT * FROM UNNEST($1::int8[], $2::bytea[])",
             )
             .await?;
         Ok(WriterConn {
@@ -379,10 +390,10 @@ impl WriterConn {
     }
 
     async fn insert_nodes(&self, nodes: &[merkle::Node]) -> Result<u64> {
-        let (levels, idxs, hashes) = node_columns(nodes);
+        let (firsts, hashes) = run_columns(nodes);
         Ok(self
             .client
-            .execute(&self.put_nodes, &[&levels, &idxs, &hashes])
+            .execute(&self.put_nodes, &[&firsts, &hashes])
             .await?)
     }
 
@@ -437,9 +448,9 @@ impl WriterConn {
         let roots: Vec<Option<&str>> = entries(jobs).map(|e| e.draft.root.as_deref()).collect();
         let repairs: Vec<Option<&str>> =
             entries(jobs).map(|e| e.draft.repairs.as_deref()).collect();
-        let (levels, idxs, node_hashes) = node_columns(&nodes);
+        let (firsts, runs) = run_columns(&nodes);
         let (edge_size, edge_bytes) = (edge.size() as i64, edge.edge());
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
             &seqs,
             &ids,
             &bodies,
@@ -447,9 +458,8 @@ impl WriterConn {
             &hashes,
             &roots,
             &repairs,
-            &levels,
-            &idxs,
-            &node_hashes,
+            &firsts,
+            &runs,
             &edge_size,
             &edge_bytes,
         ];
@@ -465,34 +475,35 @@ impl WriterConn {
     }
 }
 
-/// Inner tree nodes as the three arrays `UNNEST` takes (a leaf is the hash of its receipt's
-/// chain hash: read from the receipt, never stored twice).
-fn node_columns(nodes: &[merkle::Node]) -> (Vec<i32>, Vec<i64>, Vec<&[u8]>) {
-    let inner = || nodes.iter().filter(|n| n.0 > 0);
-    (
-        inner().map(|n| n.0 as i32).collect(),
-        inner().map(|n| n.1 as i64).collect(),
-        inner().map(|n| &n.2[..]).collect(),
-    )
+/// Inner tree nodes as the stored runs' two columns, the arrays `UNNEST` takes (a leaf is the
+/// hash of its receipt's chain hash: read from the receipt, never stored twice).
+fn run_columns(nodes: &[merkle::Node]) -> (Vec<i64>, Vec<Vec<u8>>) {
+    tlog::runs(nodes).into_iter().unzip()
 }
 
 /// The stored tree nodes at these coordinates, in one query.
 async fn read_nodes(c: &Client, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
-    let inner = || wanted.iter().filter(|w| w.0 > 0);
-    let levels: Vec<i32> = inner().map(|w| w.0 as i32).collect();
-    let idxs: Vec<i64> = inner().map(|w| w.1 as i64).collect();
+    let inner: Vec<(u32, u64)> = wanted.iter().copied().filter(|w| w.0 > 0).collect();
+    let places: Vec<i64> = inner
+        .iter()
+        .map(|&(level, idx)| merkle::inner_position(level, idx) as i64)
+        .collect();
     let seqs: Vec<i64> = wanted
         .iter()
         .filter(|w| w.0 == 0)
         .map(|w| w.1 as i64 + 1)
         .collect();
-    let node_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&levels, &idxs];
+    let node_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&places];
     let leaf_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&seqs];
     let (rows, leaves) = tokio::join!(
+        // For each place, the run that starts at or before it (the run holds it or nothing
+        // does).
         c.query(
-            "SELECT m.level, m.idx, m.hash FROM merkle m
-             JOIN UNNEST($1::int4[], $2::int8[]) AS w(level, idx)
-               ON m.level = w.level AND m.idx = w.idx",
+            "SELECT w.place, r.first, r.hashes FROM UNNEST($1::int8[]) AS w(place)
+             CROSS JOIN LATERAL (
+               SELECT first, hashes FROM merkle_runs WHERE first <= w.place
+               ORDER BY first DESC LIMIT 1
+             ) r",
             &node_params,
         ),
         c.query(
@@ -500,10 +511,16 @@ async fn read_nodes(c: &Client, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
             &leaf_params,
         ),
     );
-    let mut out = rows?
-        .iter()
-        .map(|r| tlog::stored_hash(r.get::<_, i32>(0) as i64, r.get(1), r.get(2)))
-        .collect::<Result<tlog::Nodes>>()?;
+    let mut out = tlog::Nodes::new();
+    for r in &rows? {
+        let place: i64 = r.get(0);
+        let Some(at) = places.iter().position(|&p| p == place) else {
+            continue;
+        };
+        if let Some(hash) = tlog::in_run(r.get(1), r.get(2), place as u64) {
+            out.insert(inner[at], hash);
+        }
+    }
     for r in &leaves? {
         out.insert((0, r.get::<_, i64>(0) as u64 - 1), tlog::leaf(r.get(1))?);
     }
@@ -981,24 +998,23 @@ impl Reader {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// Every stored tree node in `(level, index)` order, read in pages.
-    async fn all_nodes(&self) -> Result<Vec<merkle::Node>> {
-        const PAGE: i64 = 10_000;
+    /// Every stored run of tree nodes in order, read in pages.
+    async fn all_runs(&self) -> Result<Vec<(i64, Vec<u8>)>> {
+        const PAGE: i64 = 1000;
         let mut out = Vec::new();
-        let (mut level, mut idx) = (-1i32, -1i64);
+        let mut after = -1i64;
         loop {
             let rows = self
                 .query(
-                    "SELECT level, idx, hash FROM merkle WHERE (level, idx) > ($1, $2)
-                     ORDER BY level, idx LIMIT $3",
-                    &[&level, &idx, &PAGE],
+                    "SELECT first, hashes FROM merkle_runs WHERE first > $1
+                     ORDER BY first LIMIT $2",
+                    &[&after, &PAGE],
                 )
                 .await
                 .with_context(|| format!("reading tree nodes from {}", self.url))?;
             for r in &rows {
-                (level, idx) = (r.get(0), r.get(1));
-                let ((l, i), h) = tlog::stored_hash(level as i64, idx, r.get(2))?;
-                out.push((l, i, h));
+                after = r.get(0);
+                out.push((after, r.get(1)));
             }
             if (rows.len() as i64) < PAGE {
                 return Ok(out);
@@ -1028,13 +1044,13 @@ impl Reader {
                 after = seq;
             }
             if (rows.len() as i64) < PAGE {
-                let nodes = self.all_nodes().await?;
+                let runs = self.all_runs().await?;
                 let edge = self
                     .query("SELECT size, edge FROM merkle_edge", &[])
                     .await?
                     .first()
                     .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1)));
-                return walk.finish(nodes.into_iter().map(Ok), edge);
+                return walk.finish(runs.into_iter().map(Ok), edge);
             }
         }
     }

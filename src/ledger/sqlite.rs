@@ -66,12 +66,10 @@ CREATE TABLE IF NOT EXISTS counters (
   expires INTEGER NOT NULL,
   PRIMARY KEY (token, name)
 );
-CREATE TABLE IF NOT EXISTS merkle (
-  level INTEGER NOT NULL,
-  idx INTEGER NOT NULL,
-  hash BLOB NOT NULL,
-  PRIMARY KEY (level, idx)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS merkle_runs (
+  first INTEGER PRIMARY KEY NOT NULL,
+  hashes BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS merkle_edge (
   id INTEGER PRIMARY KEY CHECK (id = 1),
   size INTEGER NOT NULL,
@@ -110,6 +108,14 @@ fn open_db(path: &Path) -> Result<Connection> {
         }
     }
     db.execute_batch(LINKS)?;
+    // The tree's nodes were kept a row a node before they were kept in runs: they are the
+    // receipts' to make again, so the old rows go and the writer catches the tree up.
+    let node_rows: bool = db
+        .prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'merkle'")?
+        .exists([])?;
+    if node_rows {
+        db.execute_batch("BEGIN; DROP TABLE merkle; DELETE FROM merkle_edge; COMMIT;")?;
+    }
     Ok(db)
 }
 
@@ -219,12 +225,12 @@ fn stored_tree_size(db: &Connection) -> rusqlite::Result<u64> {
     Ok(stored_edge(db)?.map_or(0, |(size, _)| size))
 }
 
-/// Store the inner nodes (a leaf is the hash of its receipt's chain hash: read from the
-/// receipt, never stored twice).
+/// Store the inner nodes, in runs (a leaf is the hash of its receipt's chain hash: read from
+/// the receipt, never stored twice).
 fn put_nodes(db: &Connection, nodes: &[merkle::Node]) -> rusqlite::Result<()> {
-    let mut put = db.prepare_cached("INSERT INTO merkle (level, idx, hash) VALUES (?1, ?2, ?3)")?;
-    for (level, idx, hash) in nodes.iter().filter(|n| n.0 > 0) {
-        put.execute(params![level, *idx as i64, &hash[..]])?;
+    let mut put = db.prepare_cached("INSERT INTO merkle_runs (first, hashes) VALUES (?1, ?2)")?;
+    for (first, hashes) in tlog::runs(nodes) {
+        put.execute(params![first, hashes])?;
     }
     Ok(())
 }
@@ -236,9 +242,13 @@ fn put_edge(db: &Connection, frontier: &Frontier) -> rusqlite::Result<()> {
 }
 
 fn read_nodes(db: &Connection, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
-    let mut get = db.prepare_cached("SELECT hash FROM merkle WHERE level = ?1 AND idx = ?2")?;
+    let mut run = db.prepare_cached(
+        "SELECT first, hashes FROM merkle_runs WHERE first <= ?1 ORDER BY first DESC LIMIT 1",
+    )?;
     let mut leaf = db.prepare_cached("SELECT hash FROM receipts WHERE seq = ?1")?;
     let mut out = tlog::Nodes::new();
+    // A proof's nodes often share a run: the last one read is kept.
+    let mut held: Option<(i64, Vec<u8>)> = None;
     for &(level, idx) in wanted {
         if level == 0 {
             let found: Option<String> =
@@ -248,12 +258,18 @@ fn read_nodes(db: &Connection, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
             }
             continue;
         }
-        let found: Option<Vec<u8>> = get
-            .query_row(params![level, idx as i64], |r| r.get(0))
-            .optional()?;
-        if let Some(bytes) = found {
-            let (at, hash) = tlog::stored_hash(level as i64, idx as i64, &bytes)?;
-            out.insert(at, hash);
+        let place = merkle::inner_position(level, idx);
+        let in_held = |held: &Option<(i64, Vec<u8>)>| {
+            held.as_ref()
+                .and_then(|(first, hashes)| tlog::in_run(*first, hashes, place))
+        };
+        if in_held(&held).is_none() {
+            held = run
+                .query_row([place as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+        }
+        if let Some(hash) = in_held(&held) {
+            out.insert((level, idx), hash);
         }
     }
     Ok(out)
@@ -275,10 +291,12 @@ fn frontier_at(db: &Connection, size: u64) -> Result<Frontier> {
     if stored < size {
         let mut q = db.prepare("SELECT hash FROM receipts WHERE seq > ?1 ORDER BY seq")?;
         let mut rows = q.query([stored as i64])?;
+        let mut nodes = Vec::new();
         while let Some(r) = rows.next()? {
             let hash: String = r.get(0)?;
-            put_nodes(db, &frontier.push(tlog::leaf(&hash)?))?;
+            nodes.extend(frontier.push(tlog::leaf(&hash)?));
         }
+        put_nodes(db, &nodes)?;
         if frontier.size() != size {
             bail!("the ledger's receipts are not numbered 1 to {size}");
         }
@@ -319,9 +337,11 @@ fn commit_batch(
                 entry.draft.repairs
             ])?;
         }
+        let mut nodes = Vec::with_capacity(links.len() * 2);
         for (_, _, hash) in &links {
-            put_nodes(&tx, &edge.push(tlog::leaf(hash)?))?;
+            nodes.extend(edge.push(tlog::leaf(hash)?));
         }
+        put_nodes(&tx, &nodes)?;
         put_edge(&tx, &edge)?;
     }
     tx.commit()?;
@@ -667,18 +687,13 @@ pub fn verify(path: &Path) -> Result<Verdict> {
             return Ok(broken);
         }
     }
-    let mut q = db.prepare("SELECT level, idx, hash FROM merkle ORDER BY level, idx")?;
-    let nodes = q.query_map([], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, Vec<u8>>(2)?,
-        ))
-    })?;
-    let nodes = nodes.map(|n| {
-        let (level, idx, bytes) = n?;
-        let ((l, i), h) = tlog::stored_hash(level, idx, &bytes)?;
-        Ok((l, i, h))
-    });
-    walk.finish(nodes, stored_edge(&db)?)
+    let mut q = db
+        .prepare("SELECT first, hashes FROM merkle_runs ORDER BY first")
+        .context(
+            "the ledger keeps its tree in an older layout: serve it once with this capdir, \
+             which brings the tree up to date, then verify",
+        )?;
+    // As bytes whatever their stored type: a run changed to text is a changed run.
+    let runs = q.query_map([], |r| Ok((r.get(0)?, r.get_ref(1)?.as_bytes()?.to_vec())))?;
+    walk.finish(runs.map(|r| Ok(r?)), stored_edge(&db)?)
 }
