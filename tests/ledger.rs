@@ -248,9 +248,9 @@ async fn a_relinked_receipt_breaks_the_chain(b: Backend) {
     }
 }
 
-/// A ledger whose tree was kept a row a node (the layout before runs) is brought up to date
-/// when a writer opens it: the old rows go, the tree is made again from the receipts, and it is
-/// the same tree (same roots), so checkpoints signed before still hold.
+/// A ledger whose tree was kept in tables of its own (the layout before receipts' rows kept
+/// it) is brought up to date when a writer opens it: the old tables go, the tree is made again
+/// from the receipts, and it is the same tree (same roots), so checkpoints signed before hold.
 async fn a_tree_kept_the_old_way_is_made_again(b: Backend) {
     let ledger = b.open().await;
     let before = append_n(ledger.as_ref(), 37).await;
@@ -259,13 +259,16 @@ async fn a_tree_kept_the_old_way_is_made_again(b: Backend) {
         .await
         .expect("proof");
     drop(ledger);
-    let old_layout = "DROP TABLE merkle_runs;
+    let old_layout = "DROP INDEX receipts_untreed;
+         ALTER TABLE receipts DROP COLUMN nodes;
          CREATE TABLE merkle (level INTEGER NOT NULL, idx BIGINT NOT NULL, hash BYTEA NOT NULL,
                               PRIMARY KEY (level, idx));
-         INSERT INTO merkle VALUES (1, 0, zeroblob(32));";
+         INSERT INTO merkle VALUES (1, 0, zeroblob(32));
+         CREATE TABLE merkle_edge (id BOOLEAN PRIMARY KEY, size BIGINT NOT NULL, edge BYTEA);";
     match &b {
         Backend::Sqlite(_) => b.tamper(&old_layout.replace("BYTEA", "BLOB")).await,
-        // The migration that moved PostgreSQL to runs is taken back, to run again.
+        // The migration that moved PostgreSQL's tree into the receipts' rows is taken back, to
+        // run again.
         Backend::Postgres(..) => {
             b.tamper(&format!(
                 "{}; DELETE FROM capdir_migrations WHERE version = 6",

@@ -25,7 +25,7 @@ use super::{
 use crate::access::token::Claims;
 use crate::access::watch::Counter;
 use crate::invoke::breaker::{BreakerState, BreakerStore};
-use crate::trust::merkle::{self, Frontier};
+use crate::trust::merkle::Frontier;
 use anyhow::{Context as _, Result, bail};
 use chrono::{DateTime, TimeZone, Utc};
 use std::collections::HashMap;
@@ -120,14 +120,12 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (
         6,
-        "the Merkle tree's nodes kept in runs, a row a batch",
+        "the Merkle tree's nodes kept in the rows of the receipts that complete them",
         // The nodes are the receipts' to make again: the writer catches the tree up.
-        "DROP TABLE merkle;
-         DELETE FROM merkle_edge;
-         CREATE TABLE merkle_runs (
-           first BIGINT PRIMARY KEY,
-           hashes BYTEA NOT NULL
-         );",
+        "ALTER TABLE receipts ADD COLUMN nodes BYTEA;
+         CREATE INDEX receipts_untreed ON receipts (seq) WHERE nodes IS NULL;
+         DROP TABLE merkle;
+         DROP TABLE merkle_edge;",
     ),
 ];
 
@@ -280,7 +278,7 @@ struct WriterConn {
     lock: Statement,
     last: Statement,
     insert: Statement,
-    /// Tree nodes alone (a ledger made before the tree, caught up).
+    /// Tree nodes of receipts made before their rows kept them (caught up).
     put_nodes: Statement,
     /// The tree's right edge after this writer's last batch; reloaded when another
     /// dispatcher appended since.
@@ -305,36 +303,32 @@ impl WriterConn {
             .query_one("SHOW synchronous_commit", &[])
             .await?
             .get(0);
-        // The last link and the tree's right edge as last committed (kept in one row), in one
-        // statement: a writer that another dispatcher overtook reloads its edge from it.
+        // The last link and, unless the tree's size is still the writer's (`$1`), the rows its
+        // right edge lies in (`tlog`: the row of receipt `(size >> l) << l` for each bit `l`
+        // set in the size, the last receipt's among them), in one statement: a writer that
+        // another dispatcher overtook reloads its edge from them.
         let last = client
             .prepare(
-                "SELECT r.seq, r.hash, e.size, e.edge
-                 FROM (SELECT 1) AS one
-                 LEFT JOIN LATERAL (SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1) r
-                   ON true
-                 LEFT JOIN merkle_edge e ON true",
+                "SELECT r.seq, r.hash, r.nodes
+                 FROM (SELECT max(seq) AS m FROM receipts) AS last
+                 CROSS JOIN generate_series(0, 62) AS l
+                 JOIN receipts r ON r.seq = (last.m >> l) << l
+                 WHERE (last.m >> l) & 1 = 1 AND (last.m <> $1 OR (last.m >> l) << l = last.m)",
             )
             .await?;
-        // The batch's receipts, the tree's new inner nodes and its new edge, in one statement.
+        // The batch's receipts with the tree nodes each completes, in one statement.
         let insert = client
             .prepare(
-                "WITH nodes AS (
-                   INSERT INTO merkle_runs (first, hashes)
-                   SELECT * FROM UNNEST($8::int8[], $9::bytea[])
-                 ), edge AS (
-                   INSERT INTO merkle_edge (id, size, edge) VALUES (true, $10, $11)
-                   ON CONFLICT (id) DO UPDATE SET size = excluded.size, edge = excluded.edge
-                 )
-                 INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
+                "INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs, nodes)
                  SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],
-                                      $6::text[], $7::text[])",
+                                      $6::text[], $7::text[], $8::bytea[])",
             )
             .await?;
         let put_nodes = client
             .prepare(
-                "INSERT INTO merkle_runs (first, hashes)
-                 SELECT * FROM UNNEST($1::int8[], $2::bytea[])",
+                "UPDATE receipts SET nodes = u.nodes
+                 FROM UNNEST($1::int8[], $2::bytea[]) AS u(seq, nodes)
+                 WHERE receipts.seq = u.seq",
             )
             .await?;
         Ok(WriterConn {
@@ -349,52 +343,41 @@ impl WriterConn {
     }
 
     /// The tree's right edge for the first `size` receipts, inside the batch's transaction
-    /// (the append lock held), catching the stored tree up from the receipts' hashes when it
-    /// is behind (a ledger made before the tree).
+    /// (the append lock held), from the rows it lies in, after catching up the receipts that
+    /// keep no nodes yet (a ledger made before they did).
     async fn frontier_at(&self, size: u64) -> Result<Frontier> {
         let c = &self.client;
-        let kept = c
-            .query_opt("SELECT size, edge FROM merkle_edge", &[])
-            .await?;
-        let mut frontier = match kept {
-            None => Frontier::default(),
-            Some(r) => {
-                let stored = r.get::<_, i64>(0) as u64;
-                Frontier::from_edge(stored, r.get(1)).ok_or_else(|| {
-                    anyhow::anyhow!("the ledger's tree edge is not one of {stored} leaves")
-                })?
-            }
-        };
-        let stored = frontier.size();
-        if stored > size {
-            bail!("the ledger's tree has {stored} leaves but only {size} receipts");
-        }
-        if stored < size {
+        let made = tree_size(c).await?;
+        let coordinates = Frontier::coordinates(made);
+        let mut frontier =
+            Frontier::load(made, &read_nodes(c, &coordinates).await?).ok_or_else(|| {
+                anyhow::anyhow!("the ledger lacks the tree's right edge at {made} receipts")
+            })?;
+        if made < size {
             let rows = c
                 .query(
-                    "SELECT hash FROM receipts WHERE seq > $1 ORDER BY seq",
-                    &[&(stored as i64)],
+                    "SELECT seq, hash FROM receipts WHERE seq > $1 ORDER BY seq",
+                    &[&(made as i64)],
                 )
                 .await?;
-            let mut nodes = Vec::new();
+            let (mut seqs, mut nodes) = (Vec::new(), Vec::new());
             for r in &rows {
-                nodes.extend(frontier.push(tlog::leaf(r.get(0))?));
+                let seq: i64 = r.get(0);
+                if seq as u64 != frontier.size() + 1 {
+                    bail!("the ledger's receipts are not numbered 1 to {size}");
+                }
+                seqs.push(seq);
+                nodes.push(tlog::row_nodes(&frontier.push(tlog::leaf(r.get(1))?)));
             }
             if frontier.size() != size {
                 bail!("the ledger's receipts are not numbered 1 to {size}");
             }
-            self.insert_nodes(&nodes).await?;
+            for (seqs, nodes) in seqs.chunks(10_000).zip(nodes.chunks(10_000)) {
+                c.execute(&self.put_nodes, &[&seqs, &nodes]).await?;
+            }
             tracing::info!(receipts = size, "the receipt log's Merkle tree caught up");
         }
         Ok(frontier)
-    }
-
-    async fn insert_nodes(&self, nodes: &[merkle::Node]) -> Result<u64> {
-        let (firsts, hashes) = run_columns(nodes);
-        Ok(self
-            .client
-            .execute(&self.put_nodes, &[&firsts, &hashes])
-            .await?)
     }
 
     /// One batch in one transaction: lock, read the last link (and the tree's right edge),
@@ -406,39 +389,44 @@ impl WriterConn {
     /// after a failed insert only ends the aborted transaction, and the insert's error counts.
     async fn commit(&mut self, jobs: &[Job]) -> Result<Vec<Link>> {
         let c = &self.client;
+        let held = self.frontier.as_ref().map_or(-1, |f| f.size() as i64);
+        let held: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&held];
         let (begun, locked, last) = tokio::join!(
             c.batch_execute("BEGIN"),
             c.execute(&self.lock, &[&APPEND_LOCK]),
-            c.query_one(&self.last, &[]),
+            c.query(&self.last, &held),
         );
         begun?;
         locked?;
-        let row = last?;
-        let last = match row.get::<_, Option<i64>>(0) {
-            Some(seq) => (seq, row.get::<_, String>(1)),
-            None => (0, super::GENESIS.to_string()),
-        };
+        let edge_rows = last?;
+        let last = edge_rows
+            .iter()
+            .max_by_key(|r| r.get::<_, i64>(0))
+            .map_or_else(
+                || (0, super::GENESIS.to_string()),
+                |r| (r.get::<_, i64>(0), r.get::<_, String>(1)),
+            );
         let size = last.0 as u64;
         let mut edge = match self.frontier.take() {
             Some(f) if f.size() == size => f,
-            // Another dispatcher appended since: the right edge read with the last link.
+            // Another dispatcher appended since: the right edge from the rows read with the
+            // last link (or, for receipts that keep no nodes yet, caught up).
             _ => {
-                let kept = row
-                    .get::<_, Option<i64>>(2)
-                    .zip(row.get::<_, Option<Vec<u8>>>(3))
-                    .and_then(|(kept, bytes)| Frontier::from_edge(kept as u64, &bytes))
-                    .filter(|f| f.size() == size);
-                match kept {
+                let rows: tlog::Rows = edge_rows
+                    .iter()
+                    .map(|r| (r.get(0), (r.get(1), r.get(2))))
+                    .collect();
+                let coordinates = Frontier::coordinates(size);
+                match Frontier::load(size, &tlog::pick(&coordinates, &rows)?) {
                     Some(f) => f,
-                    // A ledger made before the tree, or an edge not yet kept.
                     None => self.frontier_at(size).await?,
                 }
             }
         };
         let links = link(last, jobs);
-        let mut nodes = Vec::with_capacity(links.len() * 2);
+        let mut nodes = Vec::with_capacity(links.len());
         for (_, _, hash) in &links {
-            nodes.extend(edge.push(tlog::leaf(hash)?));
+            nodes.push(tlog::row_nodes(&edge.push(tlog::leaf(hash)?)));
         }
         let seqs: Vec<i64> = links.iter().map(|l| l.0).collect();
         let ids: Vec<&str> = entries(jobs).map(|e| e.draft.id.as_str()).collect();
@@ -448,20 +436,8 @@ impl WriterConn {
         let roots: Vec<Option<&str>> = entries(jobs).map(|e| e.draft.root.as_deref()).collect();
         let repairs: Vec<Option<&str>> =
             entries(jobs).map(|e| e.draft.repairs.as_deref()).collect();
-        let (firsts, runs) = run_columns(&nodes);
-        let (edge_size, edge_bytes) = (edge.size() as i64, edge.edge());
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
-            &seqs,
-            &ids,
-            &bodies,
-            &prevs,
-            &hashes,
-            &roots,
-            &repairs,
-            &firsts,
-            &runs,
-            &edge_size,
-            &edge_bytes,
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            &seqs, &ids, &bodies, &prevs, &hashes, &roots, &repairs, &nodes,
         ];
         let (inserted, committed) =
             tokio::join!(c.execute(&self.insert, &params), c.batch_execute("COMMIT"));
@@ -475,56 +451,31 @@ impl WriterConn {
     }
 }
 
-/// Inner tree nodes as the stored runs' two columns, the arrays `UNNEST` takes (a leaf is the
-/// hash of its receipt's chain hash: read from the receipt, never stored twice).
-fn run_columns(nodes: &[merkle::Node]) -> (Vec<i64>, Vec<Vec<u8>>) {
-    tlog::runs(nodes).into_iter().unzip()
+/// How many leaves the stored tree has: the receipts up to the first that keeps no nodes yet.
+async fn tree_size(c: &Client) -> Result<u64> {
+    let row = c
+        .query_one(
+            "SELECT coalesce((SELECT min(seq) - 1 FROM receipts WHERE nodes IS NULL),
+                             (SELECT max(seq) FROM receipts), 0)",
+            &[],
+        )
+        .await?;
+    Ok(row.get::<_, i64>(0) as u64)
 }
 
-/// The stored tree nodes at these coordinates, in one query.
+/// The stored tree nodes at these coordinates, from the rows that keep them, in one query.
 async fn read_nodes(c: &Client, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
-    let inner: Vec<(u32, u64)> = wanted.iter().copied().filter(|w| w.0 > 0).collect();
-    let places: Vec<i64> = inner
+    let rows = c
+        .query(
+            "SELECT seq, hash, nodes FROM receipts WHERE seq = ANY($1::int8[])",
+            &[&tlog::rows_for(wanted)],
+        )
+        .await?;
+    let rows: tlog::Rows = rows
         .iter()
-        .map(|&(level, idx)| merkle::inner_position(level, idx) as i64)
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
         .collect();
-    let seqs: Vec<i64> = wanted
-        .iter()
-        .filter(|w| w.0 == 0)
-        .map(|w| w.1 as i64 + 1)
-        .collect();
-    let node_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&places];
-    let leaf_params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&seqs];
-    let (rows, leaves) = tokio::join!(
-        // For each place, the run that starts at or before it (the run holds it or nothing
-        // does).
-        c.query(
-            "SELECT w.place, r.first, r.hashes FROM UNNEST($1::int8[]) AS w(place)
-             CROSS JOIN LATERAL (
-               SELECT first, hashes FROM merkle_runs WHERE first <= w.place
-               ORDER BY first DESC LIMIT 1
-             ) r",
-            &node_params,
-        ),
-        c.query(
-            "SELECT seq, hash FROM receipts WHERE seq = ANY($1::int8[])",
-            &leaf_params,
-        ),
-    );
-    let mut out = tlog::Nodes::new();
-    for r in &rows? {
-        let place: i64 = r.get(0);
-        let Some(at) = places.iter().position(|&p| p == place) else {
-            continue;
-        };
-        if let Some(hash) = tlog::in_run(r.get(1), r.get(2), place as u64) {
-            out.insert(inner[at], hash);
-        }
-    }
-    for r in &leaves? {
-        out.insert((0, r.get::<_, i64>(0) as u64 - 1), tlog::leaf(r.get(1))?);
-    }
-    Ok(out)
+    tlog::pick(wanted, &rows)
 }
 
 async fn writer(
@@ -588,12 +539,10 @@ impl Ledger for PgLedger {
 
     fn tree_size(&self) -> BoxFuture<'_, Result<u64>> {
         Box::pin(async move {
-            let rows = self
-                .reader
-                .query("SELECT coalesce((SELECT size FROM merkle_edge), 0)", &[])
+            let conn = self.reader.conn().await?;
+            tree_size(&conn.client)
                 .await
-                .with_context(|| format!("reading the tree's size from {}", self.reader.url))?;
-            Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
+                .with_context(|| format!("reading the tree's size from {}", self.reader.url))
         })
     }
 
@@ -998,30 +947,6 @@ impl Reader {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// Every stored run of tree nodes in order, read in pages.
-    async fn all_runs(&self) -> Result<Vec<(i64, Vec<u8>)>> {
-        const PAGE: i64 = 1000;
-        let mut out = Vec::new();
-        let mut after = -1i64;
-        loop {
-            let rows = self
-                .query(
-                    "SELECT first, hashes FROM merkle_runs WHERE first > $1
-                     ORDER BY first LIMIT $2",
-                    &[&after, &PAGE],
-                )
-                .await
-                .with_context(|| format!("reading tree nodes from {}", self.url))?;
-            for r in &rows {
-                after = r.get(0);
-                out.push((after, r.get(1)));
-            }
-            if (rows.len() as i64) < PAGE {
-                return Ok(out);
-            }
-        }
-    }
-
     /// Walk the chain in pages of `seq` order; stop at the first broken link.
     pub async fn verify(&self) -> Result<Verdict> {
         const PAGE: i64 = 5000;
@@ -1030,7 +955,7 @@ impl Reader {
         loop {
             let rows = self
                 .query(
-                    "SELECT seq, id, body, prev_hash, hash FROM receipts
+                    "SELECT seq, id, body, prev_hash, hash, nodes FROM receipts
                      WHERE seq > $1 ORDER BY seq LIMIT $2",
                     &[&after, &PAGE],
                 )
@@ -1038,19 +963,16 @@ impl Reader {
                 .with_context(|| format!("reading receipts from {}", self.url))?;
             for r in &rows {
                 let seq: i64 = r.get(0);
-                if let Some(broken) = walk.step(seq, r.get(1), r.get(2), r.get(3), r.get(4))? {
+                let nodes: Option<&[u8]> = r.get(5);
+                if let Some(broken) =
+                    walk.step(seq, r.get(1), r.get(2), r.get(3), r.get(4), nodes)?
+                {
                     return Ok(broken);
                 }
                 after = seq;
             }
             if (rows.len() as i64) < PAGE {
-                let runs = self.all_runs().await?;
-                let edge = self
-                    .query("SELECT size, edge FROM merkle_edge", &[])
-                    .await?
-                    .first()
-                    .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, Vec<u8>>(1)));
-                return walk.finish(runs.into_iter().map(Ok), edge);
+                return Ok(walk.finish());
             }
         }
     }

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::access::token::Claims;
 use crate::access::watch::Counter;
-use crate::trust::merkle::{self, Frontier};
+use crate::trust::merkle::Frontier;
 use anyhow::{Context as _, Result, bail};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
@@ -66,26 +66,19 @@ CREATE TABLE IF NOT EXISTS counters (
   expires INTEGER NOT NULL,
   PRIMARY KEY (token, name)
 );
-CREATE TABLE IF NOT EXISTS merkle_runs (
-  first INTEGER PRIMARY KEY NOT NULL,
-  hashes BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS merkle_edge (
-  id INTEGER PRIMARY KEY CHECK (id = 1),
-  size INTEGER NOT NULL,
-  edge BLOB NOT NULL
-);
 CREATE TABLE IF NOT EXISTS checkpoints (
   size INTEGER PRIMARY KEY NOT NULL,
   note TEXT NOT NULL,
   issued_at TEXT NOT NULL
 );";
 
-/// The columns a receipt names its tree's root and the call it repairs in (added to ledgers
-/// made before them), indexed where set.
+/// The columns a receipt names its tree's root and the call it repairs in, indexed where set,
+/// and keeps its Merkle tree nodes in (`tlog`), indexed where not yet made (added to ledgers
+/// made before them).
 const LINKS: &str = "
 CREATE INDEX IF NOT EXISTS receipts_root ON receipts (root) WHERE root IS NOT NULL;
-CREATE INDEX IF NOT EXISTS receipts_repairs ON receipts (repairs) WHERE repairs IS NOT NULL;";
+CREATE INDEX IF NOT EXISTS receipts_repairs ON receipts (repairs) WHERE repairs IS NOT NULL;
+CREATE INDEX IF NOT EXISTS receipts_untreed ON receipts (seq) WHERE nodes IS NULL;";
 
 fn open_db(path: &Path) -> Result<Connection> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -99,23 +92,18 @@ fn open_db(path: &Path) -> Result<Connection> {
 
     db.busy_timeout(std::time::Duration::from_secs(5))?;
     db.execute_batch(SCHEMA)?;
-    for column in ["root", "repairs"] {
+    for (column, kind) in [("root", "TEXT"), ("repairs", "TEXT"), ("nodes", "BLOB")] {
         let has: bool = db
             .prepare("SELECT 1 FROM pragma_table_info('receipts') WHERE name = ?1")?
             .exists([column])?;
         if !has {
-            db.execute_batch(&format!("ALTER TABLE receipts ADD COLUMN {column} TEXT"))?;
+            db.execute_batch(&format!("ALTER TABLE receipts ADD COLUMN {column} {kind}"))?;
         }
     }
     db.execute_batch(LINKS)?;
-    // The tree's nodes were kept a row a node before they were kept in runs: they are the
-    // receipts' to make again, so the old rows go and the writer catches the tree up.
-    let node_rows: bool = db
-        .prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'merkle'")?
-        .exists([])?;
-    if node_rows {
-        db.execute_batch("BEGIN; DROP TABLE merkle; DELETE FROM merkle_edge; COMMIT;")?;
-    }
+    // Before the receipts' rows kept the tree, it was kept in tables of its own: the nodes
+    // are the receipts' to make again, and the writer does (its catch-up).
+    db.execute_batch("DROP TABLE IF EXISTS merkle; DROP TABLE IF EXISTS merkle_edge;")?;
     Ok(db)
 }
 
@@ -213,94 +201,60 @@ fn last_link(db: &Connection) -> rusqlite::Result<(i64, String)> {
         .unwrap_or((0, super::GENESIS.to_string())))
 }
 
-/// The stored tree's size and right edge (`merkle_edge`), none before its first receipt.
-fn stored_edge(db: &Connection) -> rusqlite::Result<Option<(u64, Vec<u8>)>> {
-    db.prepare_cached("SELECT size, edge FROM merkle_edge WHERE id = 1")?
-        .query_row([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))
-        .optional()
-}
-
-/// How many leaves the stored tree has.
+/// How many leaves the stored tree has: the receipts up to the first that keeps no nodes yet.
 fn stored_tree_size(db: &Connection) -> rusqlite::Result<u64> {
-    Ok(stored_edge(db)?.map_or(0, |(size, _)| size))
+    db.prepare_cached(
+        "SELECT coalesce((SELECT min(seq) - 1 FROM receipts WHERE nodes IS NULL),
+                         (SELECT max(seq) FROM receipts), 0)",
+    )?
+    .query_row([], |r| Ok(r.get::<_, i64>(0)? as u64))
 }
 
-/// Store the inner nodes, in runs (a leaf is the hash of its receipt's chain hash: read from
-/// the receipt, never stored twice).
-fn put_nodes(db: &Connection, nodes: &[merkle::Node]) -> rusqlite::Result<()> {
-    let mut put = db.prepare_cached("INSERT INTO merkle_runs (first, hashes) VALUES (?1, ?2)")?;
-    for (first, hashes) in tlog::runs(nodes) {
-        put.execute(params![first, hashes])?;
+/// The receipt rows at `seqs`, as the tree reads them.
+fn read_rows(db: &Connection, seqs: &[i64]) -> rusqlite::Result<tlog::Rows> {
+    let mut get = db.prepare_cached("SELECT hash, nodes FROM receipts WHERE seq = ?1")?;
+    let mut rows = tlog::Rows::new();
+    for &seq in seqs {
+        if let Some(row) = get
+            .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+        {
+            rows.insert(seq, row);
+        }
     }
-    Ok(())
-}
-
-fn put_edge(db: &Connection, frontier: &Frontier) -> rusqlite::Result<()> {
-    db.prepare_cached("INSERT OR REPLACE INTO merkle_edge (id, size, edge) VALUES (1, ?1, ?2)")?
-        .execute(params![frontier.size() as i64, frontier.edge()])?;
-    Ok(())
+    Ok(rows)
 }
 
 fn read_nodes(db: &Connection, wanted: &[(u32, u64)]) -> Result<tlog::Nodes> {
-    let mut run = db.prepare_cached(
-        "SELECT first, hashes FROM merkle_runs WHERE first <= ?1 ORDER BY first DESC LIMIT 1",
-    )?;
-    let mut leaf = db.prepare_cached("SELECT hash FROM receipts WHERE seq = ?1")?;
-    let mut out = tlog::Nodes::new();
-    // A proof's nodes often share a run: the last one read is kept.
-    let mut held: Option<(i64, Vec<u8>)> = None;
-    for &(level, idx) in wanted {
-        if level == 0 {
-            let found: Option<String> =
-                leaf.query_row([idx as i64 + 1], |r| r.get(0)).optional()?;
-            if let Some(hash) = found {
-                out.insert((0, idx), tlog::leaf(&hash)?);
-            }
-            continue;
-        }
-        let place = merkle::inner_position(level, idx);
-        let in_held = |held: &Option<(i64, Vec<u8>)>| {
-            held.as_ref()
-                .and_then(|(first, hashes)| tlog::in_run(*first, hashes, place))
-        };
-        if in_held(&held).is_none() {
-            held = run
-                .query_row([place as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-        }
-        if let Some(hash) = in_held(&held) {
-            out.insert((level, idx), hash);
-        }
-    }
-    Ok(out)
+    tlog::pick(wanted, &read_rows(db, &tlog::rows_for(wanted))?)
 }
 
-/// The tree's right edge for the first `size` receipts, catching the stored tree up from the
-/// receipts' hashes when it is behind (a ledger made before the tree, in this transaction).
+/// The tree's right edge for the first `size` receipts, from the rows it lies in, after
+/// catching up the receipts that keep no nodes yet (a ledger made before they did; in this
+/// transaction).
 fn frontier_at(db: &Connection, size: u64) -> Result<Frontier> {
-    let mut frontier = match stored_edge(db)? {
-        None => Frontier::default(),
-        Some((stored, edge)) => Frontier::from_edge(stored, &edge).ok_or_else(|| {
-            anyhow::anyhow!("the ledger's tree edge is not one of {stored} leaves")
-        })?,
-    };
-    let stored = frontier.size();
-    if stored > size {
-        bail!("the ledger's tree has {stored} leaves but only {size} receipts");
-    }
-    if stored < size {
-        let mut q = db.prepare("SELECT hash FROM receipts WHERE seq > ?1 ORDER BY seq")?;
-        let mut rows = q.query([stored as i64])?;
-        let mut nodes = Vec::new();
+    let made = stored_tree_size(db)?;
+    let coordinates = Frontier::coordinates(made);
+    let mut frontier = Frontier::load(made, &read_nodes(db, &coordinates)?).ok_or_else(|| {
+        anyhow::anyhow!("the ledger lacks the tree's right edge at {made} receipts")
+    })?;
+    if made < size {
+        let mut q = db.prepare("SELECT seq, hash FROM receipts WHERE seq > ?1 ORDER BY seq")?;
+        let mut put = db.prepare("UPDATE receipts SET nodes = ?2 WHERE seq = ?1")?;
+        let mut rows = q.query([made as i64])?;
         while let Some(r) = rows.next()? {
-            let hash: String = r.get(0)?;
-            nodes.extend(frontier.push(tlog::leaf(&hash)?));
+            let (seq, hash): (i64, String) = (r.get(0)?, r.get(1)?);
+            if seq as u64 != frontier.size() + 1 {
+                bail!("the ledger's receipts are not numbered 1 to {size}");
+            }
+            put.execute(params![
+                seq,
+                tlog::row_nodes(&frontier.push(tlog::leaf(&hash)?))
+            ])?;
         }
-        put_nodes(db, &nodes)?;
         if frontier.size() != size {
             bail!("the ledger's receipts are not numbered 1 to {size}");
         }
-        put_edge(db, &frontier)?;
         tracing::info!(receipts = size, "the receipt log's Merkle tree caught up");
     }
     Ok(frontier)
@@ -323,8 +277,8 @@ fn commit_batch(
     let links = link(last, jobs);
     {
         let mut insert = tx.prepare_cached(
-            "INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO receipts (seq, id, body, prev_hash, hash, root, repairs, nodes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         for (entry, (seq, prev_hash, hash)) in entries(jobs).zip(&links) {
             insert.execute(params![
@@ -334,15 +288,10 @@ fn commit_batch(
                 prev_hash,
                 hash,
                 entry.draft.root,
-                entry.draft.repairs
+                entry.draft.repairs,
+                tlog::row_nodes(&edge.push(tlog::leaf(hash)?)),
             ])?;
         }
-        let mut nodes = Vec::with_capacity(links.len() * 2);
-        for (_, _, hash) in &links {
-            nodes.extend(edge.push(tlog::leaf(hash)?));
-        }
-        put_nodes(&tx, &nodes)?;
-        put_edge(&tx, &edge)?;
     }
     tx.commit()?;
     *frontier = Some(edge);
@@ -676,24 +625,22 @@ pub fn verify(path: &Path) -> Result<Verdict> {
         bail!("no ledger at {}", path.display());
     }
     let db = read_only(path)?;
-    let mut stmt =
-        db.prepare("SELECT seq, id, body, prev_hash, hash FROM receipts ORDER BY seq")?;
+    let mut stmt = db
+        .prepare("SELECT seq, id, body, prev_hash, hash, nodes FROM receipts ORDER BY seq")
+        .context(
+            "the ledger's receipts keep no Merkle tree yet: serve it once with this capdir, \
+             which makes the tree, then verify",
+        )?;
     let mut rows = stmt.query([])?;
     let mut walk = Walk::new();
     while let Some(r) = rows.next()? {
         let (seq, id, body, prev_hash, hash): (i64, String, String, String, String) =
             (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
-        if let Some(broken) = walk.step(seq, &id, &body, &prev_hash, &hash)? {
+        // As bytes whatever their stored type: nodes changed to text are changed nodes.
+        let nodes = r.get_ref(5)?.as_bytes_or_null()?;
+        if let Some(broken) = walk.step(seq, &id, &body, &prev_hash, &hash, nodes)? {
             return Ok(broken);
         }
     }
-    let mut q = db
-        .prepare("SELECT first, hashes FROM merkle_runs ORDER BY first")
-        .context(
-            "the ledger keeps its tree in an older layout: serve it once with this capdir, \
-             which brings the tree up to date, then verify",
-        )?;
-    // As bytes whatever their stored type: a run changed to text is a changed run.
-    let runs = q.query_map([], |r| Ok((r.get(0)?, r.get_ref(1)?.as_bytes()?.to_vec())))?;
-    walk.finish(runs.map(|r| Ok(r?)), stored_edge(&db)?)
+    Ok(walk.finish())
 }

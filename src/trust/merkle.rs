@@ -43,22 +43,6 @@ pub fn empty_root() -> Hash {
 /// A stored node: its level, its index at that level, its hash.
 pub type Node = (u32, u64, Hash);
 
-/// How many inner nodes (level ≥ 1) a tree of `size` leaves has stored: each leaf completes as
-/// many subtrees as its count has trailing zeros, which sums to `size - popcount(size)`.
-pub fn inner_count(size: u64) -> u64 {
-    size - u64::from(size.count_ones())
-}
-
-/// An inner node's place (from 0) in the order [`Frontier::push`] makes the inner nodes. A
-/// batch of appends makes a run of consecutive places, so a ledger stores a batch's nodes as
-/// one row and finds a node by the row whose run holds its place. `level` must be at least 1.
-pub fn inner_position(level: u32, index: u64) -> u64 {
-    // The node is made by the push that brings the tree to `(index + 1)·2^level` leaves,
-    // after the inner nodes of the tree before it and the `level - 1` it completes first.
-    let made_at = (index + 1) << level;
-    inner_count(made_at - 1) + u64::from(level) - 1
-}
-
 /// The right edge of a tree: for each level whose bit is set in the tree's size, the root of
 /// the perfect subtree waiting there for a right sibling. It is all appending needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -381,19 +365,6 @@ mod tests {
             }
         }
         (leaves, nodes, f)
-    }
-
-    #[test]
-    fn inner_positions_follow_the_order_pushes_make_nodes() {
-        let mut f = Frontier::default();
-        let mut place = 0u64;
-        for i in 0..1000u64 {
-            for (level, index, _) in f.push(leaf_hash(&i.to_be_bytes())).into_iter().skip(1) {
-                assert_eq!(inner_position(level, index), place, "({level}, {index})");
-                place += 1;
-            }
-            assert_eq!(inner_count(f.size()), place);
-        }
     }
 
     #[test]
