@@ -114,6 +114,7 @@ on_both_backends!(
     a_group_keeps_its_order_and_stays_whole,
     receipts_commit_durably,
     a_tree_kept_the_old_way_is_made_again,
+    a_one_receipt_tree_kept_the_old_way_is_made_again,
 );
 
 fn draft(key: &str) -> Draft {
@@ -252,10 +253,21 @@ async fn a_relinked_receipt_breaks_the_chain(b: Backend) {
 /// it) is brought up to date when a writer opens it: the old tables go, the tree is made again
 /// from the receipts, and it is the same tree (same roots), so checkpoints signed before hold.
 async fn a_tree_kept_the_old_way_is_made_again(b: Backend) {
+    made_again(b, 37).await;
+}
+
+/// The same with one receipt, whose right edge is its own leaf: the tree is still made when
+/// the writer opens, not left without nodes below rows that have them.
+async fn a_one_receipt_tree_kept_the_old_way_is_made_again(b: Backend) {
+    made_again(b, 1).await;
+}
+
+async fn made_again(b: Backend, n: usize) {
     let ledger = b.open().await;
-    let before = append_n(ledger.as_ref(), 37).await;
-    let root = ledger::tlog::root(ledger.as_ref(), 37).await.expect("root");
-    let proof = ledger::tlog::inclusion(ledger.as_ref(), 20, 37)
+    let before = append_n(ledger.as_ref(), n).await;
+    let at = n as u64;
+    let root = ledger::tlog::root(ledger.as_ref(), at).await.expect("root");
+    let proof = ledger::tlog::inclusion(ledger.as_ref(), at / 2, at)
         .await
         .expect("proof");
     drop(ledger);
@@ -278,19 +290,21 @@ async fn a_tree_kept_the_old_way_is_made_again(b: Backend) {
         }
     }
     let ledger = b.open().await;
-    let more = append_n(ledger.as_ref(), 3).await;
-    assert_eq!(more[0].prev_hash, before[36].hash);
+    // Made when the writer opened, before anything is appended.
+    assert_eq!(ledger.tree_size().await.expect("size"), at);
     assert_eq!(
-        ledger.verify().await.expect("verify"),
-        Verdict::Intact { receipts: 40 }
-    );
-    assert_eq!(ledger.tree_size().await.expect("size"), 40);
-    assert_eq!(
-        ledger::tlog::root(ledger.as_ref(), 37).await.expect("root"),
+        ledger::tlog::root(ledger.as_ref(), at).await.expect("root"),
         root
     );
+    let more = append_n(ledger.as_ref(), 3).await;
+    assert_eq!(more[0].prev_hash, before[n - 1].hash);
     assert_eq!(
-        ledger::tlog::inclusion(ledger.as_ref(), 20, 37)
+        ledger.verify().await.expect("verify"),
+        Verdict::Intact { receipts: at + 3 }
+    );
+    assert_eq!(ledger.tree_size().await.expect("size"), at + 3);
+    assert_eq!(
+        ledger::tlog::inclusion(ledger.as_ref(), at / 2, at)
             .await
             .expect("proof"),
         proof

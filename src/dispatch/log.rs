@@ -76,6 +76,13 @@ impl Dispatcher {
         let log = self.log()?;
         let own = |note: &str| log.key.verifier().open(note).is_ok();
         let size = self.ledger.tree_size().await.map_err(unavailable)?;
+        if size < at_least {
+            // The tree is behind the receipt (a ledger whose tree is still being made): no
+            // checkpoint signed now could prove it.
+            return Err(unavailable(anyhow::anyhow!(
+                "the receipt log's tree covers {size} receipts, not yet {at_least}"
+            )));
+        }
         let recent = log
             .last_issued
             .lock()

@@ -331,7 +331,7 @@ impl WriterConn {
                  WHERE receipts.seq = u.seq",
             )
             .await?;
-        Ok(WriterConn {
+        let mut conn = WriterConn {
             client,
             lock,
             last,
@@ -339,7 +339,29 @@ impl WriterConn {
             put_nodes,
             frontier: None,
             synchronous,
-        })
+        };
+        conn.catch_up().await.with_context(|| {
+            format!("making the Merkle tree of the receipts in {url} that keep none yet")
+        })?;
+        Ok(conn)
+    }
+
+    /// Before the first batch: the tree made for every receipt that keeps no nodes yet (a
+    /// ledger migrated from before they did), under the append lock, and its right edge held.
+    /// So the tree's size is the chain's from the start, and no receipt is left without nodes
+    /// below rows that have them.
+    async fn catch_up(&mut self) -> Result<()> {
+        let c = &self.client;
+        c.batch_execute("BEGIN").await?;
+        c.execute(&self.lock, &[&APPEND_LOCK]).await?;
+        let last: Option<i64> = c
+            .query_one("SELECT max(seq) FROM receipts", &[])
+            .await?
+            .get(0);
+        let frontier = self.frontier_at(last.unwrap_or(0) as u64).await?;
+        self.client.batch_execute("COMMIT").await?;
+        self.frontier = Some(frontier);
+        Ok(())
     }
 
     /// The tree's right edge for the first `size` receipts, inside the batch's transaction
@@ -354,6 +376,9 @@ impl WriterConn {
                 anyhow::anyhow!("the ledger lacks the tree's right edge at {made} receipts")
             })?;
         if made < size {
+            // Hashing a long history between statements is not a stalled session.
+            c.batch_execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+                .await?;
             let rows = c
                 .query(
                     "SELECT seq, hash FROM receipts WHERE seq > $1 ORDER BY seq",

@@ -115,7 +115,16 @@ pub fn parse_url(url: &str) -> PathBuf {
 impl SqliteLedger {
     /// Open (or create) the ledger and start its writer thread.
     pub fn open(path: &Path) -> Result<SqliteLedger> {
-        let db = open_db(path)?;
+        let mut db = open_db(path)?;
+        // The tree made for receipts that keep none yet before the ledger answers anyone, so
+        // its size is the chain's from the first checkpoint on.
+        let frontier = match catch_up(&mut db) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "the receipt log's tree could not catch up");
+                None
+            }
+        };
         let tokens = open_db(path)?;
         let counters = Arc::new(load_counters(&tokens)?);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -123,7 +132,7 @@ impl SqliteLedger {
         let writer_stats = stats.clone();
         std::thread::Builder::new()
             .name("capdir-ledger".into())
-            .spawn(move || writer(db, rx, &writer_stats))?;
+            .spawn(move || writer(db, frontier, rx, &writer_stats))?;
         let tokens = Arc::new(Mutex::new(tokens));
         spawn_flusher(Arc::downgrade(&tokens), Arc::downgrade(&counters))?;
         Ok(SqliteLedger {
@@ -307,7 +316,12 @@ fn catch_up(db: &mut Connection) -> Result<Frontier> {
     Ok(frontier)
 }
 
-fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stats) {
+fn writer(
+    mut db: Connection,
+    mut frontier: Option<Frontier>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    stats: &Stats,
+) {
     let synchronous = db
         .query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
         .map_or("unknown", |level| match level {
@@ -318,13 +332,6 @@ fn writer(mut db: Connection, mut rx: mpsc::UnboundedReceiver<Job>, stats: &Stat
             _ => "unknown",
         });
     let _ = stats.durability.set(format!("synchronous={synchronous}"));
-    let mut frontier = match catch_up(&mut db) {
-        Ok(f) => Some(f),
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "the receipt log's tree could not catch up");
-            None
-        }
-    };
     while let Some(first) = rx.blocking_recv() {
         let jobs = batch(first, &mut rx);
         let started = Instant::now();
@@ -636,8 +643,19 @@ pub fn verify(path: &Path) -> Result<Verdict> {
     while let Some(r) = rows.next()? {
         let (seq, id, body, prev_hash, hash): (i64, String, String, String, String) =
             (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
-        // As bytes whatever their stored type: nodes changed to text are changed nodes.
-        let nodes = r.get_ref(5)?.as_bytes_or_null()?;
+        // As bytes whatever their stored type: nodes changed to text are changed nodes, and
+        // so are nodes changed to a number.
+        let nodes = match r.get_ref(5)? {
+            rusqlite::types::ValueRef::Integer(_) | rusqlite::types::ValueRef::Real(_) => {
+                return Ok(Verdict::Broken {
+                    seq,
+                    id,
+                    why: "the Merkle tree nodes this receipt keeps are a number: they were changed"
+                        .into(),
+                });
+            }
+            value => value.as_bytes_or_null()?,
+        };
         if let Some(broken) = walk.step(seq, &id, &body, &prev_hash, &hash, nodes)? {
             return Ok(broken);
         }
