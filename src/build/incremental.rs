@@ -653,7 +653,7 @@ impl Pages {
         let mut touched = written?;
         touched.extend(self.touched);
         if touched.contains(EVERY_FILE) {
-            manifest::write(&self.out, &self.info.commit, None)?;
+            manifest::write(&self.out, &self.info.commit, None, &[])?;
             return Ok(started.elapsed());
         }
         // The index directory's files changed as a whole: list what is there now, and what

@@ -194,9 +194,16 @@ fn inode(_: &Path) -> Option<(u64, u64)> {
 
 /// Describe the site being built in `dir` and write its manifest there. Files the build
 /// hard-linked from `previous` (the site it replaces) keep the digest that site's manifest
-/// gave them; the rest are hashed on all cores.
-pub fn write(dir: &Path, commit: &str, previous: Option<&Path>) -> Result<Manifest> {
+/// gave them, files in `hashed` the entry the build made from the bytes it wrote; the rest are
+/// hashed on all cores.
+pub fn write(
+    dir: &Path,
+    commit: &str,
+    previous: Option<&Path>,
+    hashed: &[Entry],
+) -> Result<Manifest> {
     let files = site_files(dir)?;
+    let hashed: HashMap<&str, &Entry> = hashed.iter().map(|e| (e.path.as_str(), e)).collect();
     let before = previous.and_then(Manifest::read);
     let known = before.as_ref().map(Manifest::by_path).unwrap_or_default();
     let reuse = |rel: &str, path: &Path| -> Option<Entry> {
@@ -206,6 +213,7 @@ pub fn write(dir: &Path, commit: &str, previous: Option<&Path>) -> Result<Manife
     };
     let entries = on_all_cores(&files, |(rel, path)| match reuse(rel, path) {
         Some(e) => Ok(e),
+        None if hashed.contains_key(rel.as_str()) => Ok(hashed[rel.as_str()].clone()),
         None => sha256_file(path).map(|(size, sha256)| Entry {
             path: rel.clone(),
             size,
@@ -260,7 +268,7 @@ pub fn update(
     touched: &std::collections::BTreeSet<String>,
 ) -> Result<Manifest> {
     let Some(before) = Manifest::read(site) else {
-        return write(site, commit, None);
+        return write(site, commit, None, &[]);
     };
     let mut files: std::collections::BTreeMap<String, Entry> = before
         .files

@@ -243,7 +243,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         .collect();
     categories.sort();
     categories.dedup();
-    let result = std::thread::scope(|s| -> Result<BuildInfo> {
+    let result = std::thread::scope(|s| -> Result<(BuildInfo, Vec<manifest::Entry>)> {
         let projections = s.spawn(|| -> Result<Duration> {
             let started = Instant::now();
             let common = Common {
@@ -376,14 +376,14 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             projections_took,
             "registry, counts, mcp/tools, llms.txt, sitemap, alongside index and history".into(),
         )?;
-        Ok(info)
+        Ok((info, written.entries))
     });
     // Last, the manifest of every file written: what a following dispatcher fetches. Beside
     // it (hidden, so in no manifest) how the site was made, for the next incremental rebuild.
-    let result = result.and_then(|info| {
+    let result = result.and_then(|(info, hashed)| {
         made.save(&tmp)?;
         let previous = opts.out.is_dir().then_some(opts.out.as_path());
-        let manifest = manifest::write(&tmp, &info.commit, previous)?;
+        let manifest = manifest::write(&tmp, &info.commit, previous, &hashed)?;
         steps.done(
             "manifest",
             format!("{} files in {}", manifest.files.len(), manifest::FILE),

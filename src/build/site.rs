@@ -295,11 +295,14 @@ impl<'t> Renderer<'t> {
 }
 
 /// What [`write_contracts`] did: files hard-linked from the previous site rather than
-/// written, and rows whose inputs had not changed, linked without rendering.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// written, rows whose inputs had not changed, linked without rendering, and the manifest
+/// entry of every file it wrote, hashed from the bytes in hand (the manifest then reads
+/// none of them back).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Written {
     pub linked: usize,
     pub unchanged_rows: usize,
+    pub entries: Vec<super::manifest::Entry>,
 }
 
 /// Write `k/KEY.{md,json,html}` for every contract, on all cores.
@@ -364,6 +367,7 @@ pub fn write_contracts(
                 .unwrap_or_else(|_| Err(anyhow::anyhow!("a page worker panicked")))?;
             all.linked += done.linked;
             all.unchanged_rows += done.unchanged_rows;
+            all.entries.extend(done.entries);
             inputs.extend(made);
         }
         inputs.sort_unstable();
@@ -467,6 +471,12 @@ impl ContractWriter<'_> {
                 let old = self.old_dir.as_ref().map(|d| d.join(&name));
                 if write_or_link(&self.dir.join(&name), bytes.as_bytes(), old.as_deref())? {
                     done.linked += 1;
+                } else {
+                    done.entries.push(super::manifest::Entry {
+                        path: format!("k/{name}"),
+                        size: bytes.len() as u64,
+                        sha256: hex::encode(Sha256::digest(bytes.as_bytes())),
+                    });
                 }
             }
         }
