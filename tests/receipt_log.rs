@@ -124,7 +124,27 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
 
     // The log's key and a checkpoint, as an auditor keeps them.
     let key = text(&client, &served.url("/api/ledger/key")).await;
+    // An anonymous caller reads the log's public key and its checkpoints, never the private
+    // key that signs them: not from the key route, nor as a file through the static handler.
+    let private = std::fs::read_to_string(d.join("data/log.key")).expect("the log key");
+    let seed = private.trim().rsplit('+').next().unwrap().to_string();
+    assert!(!key.contains(&seed), "the key route served the private key");
     Verifier::parse(&key).expect("a verifier key");
+    for path in [
+        "/log.key",
+        "/data/log.key",
+        "/../data/log.key",
+        "/%2e%2e/data/log.key",
+        "/k/..%2f..%2fdata%2flog.key",
+    ] {
+        let r = client.get(served.url(path)).send().await.unwrap();
+        let status = r.status();
+        let body = r.text().await.unwrap_or_default();
+        assert!(
+            !body.contains(&seed),
+            "{path} served the private log key ({status})"
+        );
+    }
     let key_file = d.join("log.pub");
     std::fs::write(&key_file, &key).unwrap();
     // A checkpoint is signed on demand at most once a second: wait for the next one.
@@ -241,35 +261,21 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     std::fs::write(&proof_file, &proof).unwrap();
     let cp2_arg = cp2_file.to_str().unwrap();
     let proof_arg = proof_file.to_str().unwrap();
-    let v = verify(
-        d,
-        key_arg,
-        &[
-            "--checkpoint",
-            cp1_arg,
-            "--checkpoint",
-            cp2_arg,
-            "--proof",
-            proof_arg,
-        ],
-    );
+    let both = [
+        "--checkpoint",
+        cp1_arg,
+        "--checkpoint",
+        cp2_arg,
+        "--proof",
+        proof_arg,
+    ];
+    let v = verify(d, key_arg, &both);
     assert!(v.status.success(), "{}", said(&v));
     // A forged proof (one hash changed), or the checkpoints the wrong way round: refused.
     let mut forged: ConsistencyProof = serde_json::from_str(&proof).unwrap();
     forged.hashes[0] = forged.hashes[1].clone();
     std::fs::write(&proof_file, serde_json::to_string(&forged).unwrap()).unwrap();
-    let v = verify(
-        d,
-        key_arg,
-        &[
-            "--checkpoint",
-            cp1_arg,
-            "--checkpoint",
-            cp2_arg,
-            "--proof",
-            proof_arg,
-        ],
-    );
+    let v = verify(d, key_arg, &both);
     assert_eq!(v.status.code(), Some(1), "{}", said(&v));
     std::fs::write(&proof_file, &proof).unwrap();
     let v = verify(

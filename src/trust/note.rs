@@ -65,6 +65,21 @@ pub struct Verifier {
     public: [u8; 32],
 }
 
+/// The 32 bytes of a key's base64 part: the Ed25519 algorithm byte, then the public key or
+/// the seed (`what`).
+fn ed25519_bytes(
+    b64: &str,
+    what: &str,
+    bad: &dyn Fn(&str) -> NoteError,
+) -> Result<[u8; 32], NoteError> {
+    let raw = B64.decode(b64).map_err(|_| bad("the key is not base64"))?;
+    let Some((&ALG_ED25519, key)) = raw.split_first() else {
+        return Err(bad("not an Ed25519 key"));
+    };
+    key.try_into()
+        .map_err(|_| bad(&format!("an Ed25519 {what} has 32 bytes")))
+}
+
 impl Verifier {
     /// Read `NAME+KEYID+BASE64`, checking that the id is the key's.
     pub fn parse(text: &str) -> Result<Verifier, NoteError> {
@@ -79,13 +94,7 @@ impl Verifier {
         if !valid_name(name) {
             return Err(bad("the name is empty or has spaces"));
         }
-        let raw = B64.decode(b64).map_err(|_| bad("the key is not base64"))?;
-        let Some((&ALG_ED25519, public)) = raw.split_first() else {
-            return Err(bad("not an Ed25519 key"));
-        };
-        let public: [u8; 32] = public
-            .try_into()
-            .map_err(|_| bad("an Ed25519 public key has 32 bytes"))?;
+        let public = ed25519_bytes(b64, "public key", &bad)?;
         let id = key_id(name, &public);
         if hex_id.len() != 8 || !hex_id.eq_ignore_ascii_case(&hex::encode(id)) {
             return Err(bad("the key id does not match the key"));
@@ -192,13 +201,7 @@ impl Signer {
         else {
             return Err(bad("too few parts"));
         };
-        let raw = B64.decode(b64).map_err(|_| bad("the key is not base64"))?;
-        let Some((&ALG_ED25519, seed)) = raw.split_first() else {
-            return Err(bad("not an Ed25519 key"));
-        };
-        let seed: [u8; 32] = seed
-            .try_into()
-            .map_err(|_| bad("an Ed25519 seed has 32 bytes"))?;
+        let seed = ed25519_bytes(b64, "seed", &bad)?;
         let signer = Signer::from_seed(name, seed)?;
         if !hex_id.eq_ignore_ascii_case(&hex::encode(signer.verifier().id)) {
             return Err(bad("the key id does not match the key"));
