@@ -31,16 +31,20 @@ pub(super) struct Args {
     /// Score lexical, semantic and fused side by side.
     #[arg(long, conflicts_with = "tune")]
     ablation: bool,
-    /// Fusion settings to try instead of the defaults, e.g. `k=3,weight=1.4,floor=0.1`.
+    /// Fusion settings to try instead of the defaults, e.g. `weight=0.5,floor=0.1`.
     #[arg(long)]
     fusion: Option<FusionArg>,
     /// Choose the fusion by N-fold cross-validation on these queries and print each fold's
     /// choice with its held-out figures.
     #[arg(long, value_name = "FOLDS")]
     tune: Option<usize>,
+    /// Write each query's two rankings before fusion, 100 deep, as JSON lines (query, keys,
+    /// lexical and semantic [position, score] pairs): for studying fusions outside capdir.
+    #[arg(long, value_name = "FILE.jsonl")]
+    lists: Option<PathBuf>,
 }
 
-/// `k=3,weight=1.4,depth=100,floor=0.1,alone=0.3`: the named settings changed, the rest at their defaults.
+/// `weight=0.5,depth=100,floor=0.1,alone=0.25`: the named settings changed, the rest at their defaults.
 #[derive(Clone, Copy)]
 struct FusionArg(Fusion);
 
@@ -58,14 +62,13 @@ impl std::str::FromStr for FusionArg {
                 .parse()
                 .map_err(|_| format!("`{value}` is not a number"))?;
             match name.trim() {
-                "k" => f.k = v,
                 "weight" => f.weight = v,
                 "floor" => f.floor = v,
                 "alone" => f.alone = v,
                 "depth" if v >= 1.0 => f.depth = v as usize,
                 other => {
                     return Err(format!(
-                        "unknown or invalid setting `{other}` (k, weight, depth ≥ 1, floor, alone)"
+                        "unknown or invalid setting `{other}` (weight, depth ≥ 1, floor, alone)"
                     ));
                 }
             }
@@ -84,6 +87,22 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     searcher = searcher.with_ranking(a.ranking.into());
     let labelled = crate::search::eval::read_queries(&std::fs::read_to_string(&a.queries)?)?;
+    if let Some(path) = &a.lists {
+        let mut out = String::new();
+        for q in &labelled {
+            let l = searcher.lists(&q.query, Ranking::Fused, 100, -1.0)?;
+            let line = serde_json::json!({
+                "query": q.query,
+                "keys": q.keys,
+                "lexical": l.lexical,
+                "semantic": l.semantic,
+            });
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+        std::fs::write(path, out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(folds) = a.tune {
         let tuning = crate::search::eval::tune(&searcher, &labelled, folds)?;
         if a.json {

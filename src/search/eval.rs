@@ -101,19 +101,16 @@ pub struct Tuning {
     pub in_sample: Quality,
 }
 
-/// The fusions `tune` tries: rank constant, semantic weight and cosine floor.
+/// The fusions `tune` tries: semantic weight and cosine floor.
 fn grid() -> Vec<Fusion> {
     let mut g = Vec::new();
-    for k in [0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 60.0] {
-        for weight in [0.5, 0.7, 1.0, 1.4, 2.0] {
-            for floor in [0.0, 0.1, 0.2, 0.3] {
-                g.push(Fusion {
-                    k,
-                    weight,
-                    floor,
-                    ..Fusion::default()
-                });
-            }
+    for weight in [0.2, 0.3, 0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0] {
+        for floor in [0.0, 0.1, 0.2, 0.3] {
+            g.push(Fusion {
+                weight,
+                floor,
+                ..Fusion::default()
+            });
         }
     }
     g
@@ -214,14 +211,13 @@ pub fn tune(searcher: &Searcher, queries: &[Labelled], folds: usize) -> Result<T
 impl Tuning {
     pub fn render(&self) -> String {
         let mut s = String::from(
-            "| fold | queries | k | weight | floor | held-out R@1 | R@5 | MRR@12 |\n|---|---|---|---|---|---|---|---|\n",
+            "| fold | queries | weight | floor | held-out R@1 | R@5 | MRR@12 |\n|---|---|---|---|---|---|---|\n",
         );
         for (i, f) in self.folds.iter().enumerate() {
             s.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} |\n",
+                "| {} | {} | {} | {} | {:.3} | {:.3} | {:.3} |\n",
                 i + 1,
                 f.queries,
-                f.chosen.k,
                 f.chosen.weight,
                 f.chosen.floor,
                 f.held_out.recall_at_1,
@@ -231,13 +227,13 @@ impl Tuning {
         }
         let q = self.held_out;
         s.push_str(&format!(
-            "| all, held out | | | | | {:.3} | {:.3} | {:.3} |\n",
+            "| all, held out | | | | {:.3} | {:.3} | {:.3} |\n",
             q.recall_at_1, q.recall_at_5, q.mrr_at_12
         ));
         let (c, q) = (self.chosen, self.in_sample);
         s.push_str(&format!(
-            "\nchosen on every query: k={} weight={} floor={} (in-sample R@1 {:.3} R@5 {:.3} MRR@12 {:.3})\n",
-            c.k, c.weight, c.floor, q.recall_at_1, q.recall_at_5, q.mrr_at_12
+            "\nchosen on every query: weight={} floor={} (in-sample R@1 {:.3} R@5 {:.3} MRR@12 {:.3})\n",
+            c.weight, c.floor, q.recall_at_1, q.recall_at_5, q.mrr_at_12
         ));
         s
     }

