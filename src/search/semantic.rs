@@ -379,10 +379,15 @@ impl RowVectors {
 
     /// The cosine of row `i` to `query` (0 for a row that is not there).
     pub fn cosine(&self, query: &Query, i: usize) -> f32 {
-        match (self.rows().nth(i), self.scale.get(i)) {
-            (Some(row), Some(&rs)) => dot(&query.vector, row) as f32 * query.scale * rs,
-            _ => 0.0,
+        let (Some(row), Some(&rs)) = (self.rows().nth(i), self.scale.get(i)) else {
+            return 0.0;
+        };
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has just said it has AVX2.
+            return unsafe { dot_avx2(&query.vector, row) } as f32 * query.scale * rs;
         }
+        dot(&query.vector, row) as f32 * query.scale * rs
     }
 
     /// Offer every row at least `floor` close to `query` to `best`; count every row's
