@@ -353,3 +353,63 @@ fn each_signal_decides_where_it_tells_rows_apart() {
     };
     assert_eq!(first(&meaning_decides), "C_ROW");
 }
+
+/// `capdir eval --ablation` scores several sets side by side, each against its own site, and
+/// refuses a query file without its site.
+#[test]
+fn eval_ablation_scores_several_sets_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets: [(&str, &[(&str, &str)], &str, &str); 2] = [
+        (
+            "a",
+            &[
+                ("WEATHER_FORECAST", "Get the weather forecast for a city."),
+                ("SHA256", "Compute the SHA-256 hash of a text."),
+            ],
+            "weather forecast for paris",
+            "WEATHER_FORECAST",
+        ),
+        (
+            "b",
+            &[
+                ("SEND_EMAIL", "Send an email message to a recipient."),
+                ("LIST_FILES", "List the files in a folder."),
+            ],
+            "list the files",
+            "LIST_FILES",
+        ),
+    ];
+    let mut args: Vec<String> = vec!["eval".into(), "--ablation".into()];
+    for (name, rows, query, key) in sets {
+        let site = dir.path().join(format!("site-{name}"));
+        capdir::search::build_index(&site.join("index"), &fixture(rows)).unwrap();
+        let queries = dir.path().join(format!("{name}.jsonl"));
+        let line = serde_json::json!({"query": query, "keys": [key]});
+        std::fs::write(&queries, format!("{line}\n")).unwrap();
+        args.extend([
+            "--queries".into(),
+            queries.display().to_string(),
+            "--site".into(),
+            site.display().to_string(),
+        ]);
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args(&args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for name in ["a", "b"] {
+        let file = dir.path().join(format!("{name}.jsonl"));
+        let row = format!("| {} | fused | 1 | 1.000 | 1.000 | 1.000 |", file.display());
+        assert!(stdout.contains(&row), "no {row:?} in\n{stdout}");
+    }
+    // Without the second site: refused, naming the fix.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_capdir"))
+        .args(&args[..args.len() - 2])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("give one --site per --queries"), "{stderr}");
+}

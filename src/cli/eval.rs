@@ -7,10 +7,12 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub(super) struct Args {
-    #[arg(long, value_name = "FILE.jsonl")]
-    queries: PathBuf,
+    /// Labelled requests. With `--ablation`, several sets may be given, each with its own
+    /// `--site` in the same order, and are scored side by side.
+    #[arg(long, value_name = "FILE.jsonl", required = true)]
+    queries: Vec<PathBuf>,
     #[arg(long, default_value = "site")]
-    site: PathBuf,
+    site: Vec<PathBuf>,
     /// Fail (exit 1) when MRR@12 is below this.
     #[arg(long)]
     min_mrr: Option<f64>,
@@ -77,16 +79,73 @@ impl std::str::FromStr for FusionArg {
     }
 }
 
-pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let mut searcher = super::ask::open_searcher(&a.site)?;
+/// The searcher over `site` with the settings `a` names.
+fn searcher(a: &Args, site: &std::path::Path) -> anyhow::Result<crate::search::Searcher> {
+    let mut searcher = super::ask::open_searcher(site)?;
     if let Some(b) = a.boosts {
         searcher = searcher.with_boosts(b);
     }
     if let Some(f) = a.fusion {
         searcher = searcher.with_fusion(f.0);
     }
-    searcher = searcher.with_ranking(a.ranking.into());
-    let labelled = crate::search::eval::read_queries(&std::fs::read_to_string(&a.queries)?)?;
+    Ok(searcher.with_ranking(a.ranking.into()))
+}
+
+/// Every ranking's figures on each (queries, site) pair: `--ablation` over several sets.
+fn ablation_of_sets(a: &Args) -> anyhow::Result<ExitCode> {
+    if a.site.len() != a.queries.len() {
+        anyhow::bail!(
+            "{} query files and {} sites: give one --site per --queries, in the same order",
+            a.queries.len(),
+            a.site.len()
+        );
+    }
+    let mut sets = Vec::new();
+    for (queries, site) in a.queries.iter().zip(&a.site) {
+        let searcher = searcher(a, site)?;
+        let labelled = crate::search::eval::read_queries(&std::fs::read_to_string(queries)?)?;
+        let rows = Ranking::ALL
+            .into_iter()
+            .map(|r| {
+                Ok((
+                    r,
+                    crate::search::eval::evaluate_by(&searcher, &labelled, r)?,
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        sets.push((queries.display().to_string(), rows));
+    }
+    if a.json {
+        let v: serde_json::Map<String, serde_json::Value> = sets
+            .iter()
+            .map(|(set, rows)| {
+                let by: serde_json::Map<String, serde_json::Value> = rows
+                    .iter()
+                    .map(|(r, f)| Ok((format!("{r:?}").to_lowercase(), serde_json::to_value(f)?)))
+                    .collect::<anyhow::Result<_>>()?;
+                Ok((set.clone(), serde_json::Value::Object(by)))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", crate::search::eval::render_ablation_of_sets(&sets));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.queries.len() > 1 {
+        if !a.ablation {
+            anyhow::bail!("several --queries are scored side by side only with --ablation");
+        }
+        return ablation_of_sets(&a);
+    }
+    let site = a
+        .site
+        .first()
+        .map_or_else(|| PathBuf::from("site"), Clone::clone);
+    let searcher = searcher(&a, &site)?;
+    let labelled = crate::search::eval::read_queries(&std::fs::read_to_string(&a.queries[0])?)?;
     if let Some(path) = &a.lists {
         let mut out = String::new();
         for q in &labelled {

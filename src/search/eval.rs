@@ -268,6 +268,28 @@ pub fn render_ablation(rows: &[(Ranking, Figures)]) -> String {
     s
 }
 
+/// Several sets' rankings side by side: (set, its rankings' figures).
+pub fn render_ablation_of_sets(sets: &[(String, Vec<(Ranking, Figures)>)]) -> String {
+    let mut s = String::from(
+        "| set | ranking | queries | recall@1 | recall@5 | MRR@12 | mean ms | p99 ms |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for (set, rows) in sets {
+        for (r, f) in rows {
+            s.push_str(&format!(
+                "| {set} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
+                r.name(),
+                f.queries,
+                f.recall_at_1,
+                f.recall_at_5,
+                f.mrr_at_12,
+                f.mean_ms,
+                f.p99_ms
+            ));
+        }
+    }
+    s
+}
+
 impl Figures {
     pub fn render(&self) -> String {
         format!(
