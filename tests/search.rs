@@ -359,10 +359,10 @@ fn each_signal_decides_where_it_tells_rows_apart() {
 #[test]
 fn eval_ablation_scores_several_sets_side_by_side() {
     let dir = tempfile::tempdir().unwrap();
-    let sets: [(&str, &[(&str, &str)], &str, &str); 2] = [
+    let sets = [
         (
             "a",
-            &[
+            vec![
                 ("WEATHER_FORECAST", "Get the weather forecast for a city."),
                 ("SHA256", "Compute the SHA-256 hash of a text."),
             ],
@@ -371,7 +371,7 @@ fn eval_ablation_scores_several_sets_side_by_side() {
         ),
         (
             "b",
-            &[
+            vec![
                 ("SEND_EMAIL", "Send an email message to a recipient."),
                 ("LIST_FILES", "List the files in a folder."),
             ],
@@ -382,7 +382,7 @@ fn eval_ablation_scores_several_sets_side_by_side() {
     let mut args: Vec<String> = vec!["eval".into(), "--ablation".into()];
     for (name, rows, query, key) in sets {
         let site = dir.path().join(format!("site-{name}"));
-        capdir::search::build_index(&site.join("index"), &fixture(rows)).unwrap();
+        capdir::search::build_index(&site.join("index"), &fixture(&rows)).unwrap();
         let queries = dir.path().join(format!("{name}.jsonl"));
         let line = serde_json::json!({"query": query, "keys": [key]});
         std::fs::write(&queries, format!("{line}\n")).unwrap();
