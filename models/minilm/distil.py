@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Token vectors distilled from the whole all-MiniLM-L6-v2 (model2vec's method): measured for
-issue 30 and NOT used, since they ranked no better than the input embeddings make.py writes
-(eval/README.md, "How the ranking was chosen"). Kept so the measurement can be repeated.
+issue 30 and NOT used: with each fusion tried they ranked better than the input embeddings
+make.py writes on one development set and worse on the other two (eval/README.md, "How the
+ranking was chosen"). Kept so the measurement can be repeated.
 
     python3 models/minilm/distil.py WHEEL --check               # the forward pass's sanity table
     python3 models/minilm/distil.py WHEEL OUT.i8 [--pool token|mean] [--dims 384]
