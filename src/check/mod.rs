@@ -347,10 +347,10 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
                 ));
             }
             // Named arguments (`{?limit}`, `{form:name}`): well formed, and declared.
-            let at = s.content_at(row.parsed.payload_line);
             let schema = row.input_schema.as_ref();
             for (message, help) in crate::row::expand::problems(&row.target, row.payload(), schema)
             {
+                let at = s.content_at(row.parsed.payload_line);
                 d.push(Diagnostic::error(p, at, "bad_named_args", message, help));
             }
         }
@@ -454,13 +454,15 @@ fn check_fn(row: &Row, d: &mut Vec<Diagnostic>) {
     if payload.is_empty() {
         return;
     }
-    let at = s.content_at(row.parsed.payload_line);
+    // Where the payload starts is looked up only for a diagnostic: finding it parses the file
+    // a second time (marked-yaml), a quarter of checking a row that has no problem.
+    let at = || s.content_at(row.parsed.payload_line);
     // Slots outside strings (`[$1]`) are legal in the template; check the shape with them filled.
     match probe_json(payload) {
         Ok(serde_json::Value::Array(_)) => {}
         Ok(_) => d.push(Diagnostic::error(
             p,
-            at,
+            at(),
             "bad_fn_template",
             "an fn row's payload must be a JSON array of the builtin's arguments",
             r#"write the payload as an array, e.g. `["$1", "$2"]`"#,
@@ -468,9 +470,9 @@ fn check_fn(row: &Row, d: &mut Vec<Diagnostic>) {
         Err(e) => d.push(Diagnostic::error(
             p,
             (
-                at.0 + e.line().saturating_sub(1),
+                at().0 + e.line().saturating_sub(1),
                 if e.line() <= 1 {
-                    at.1 + e.column().saturating_sub(1)
+                    at().1 + e.column().saturating_sub(1)
                 } else {
                     e.column()
                 },
@@ -516,11 +518,10 @@ fn check_mcp(row: &Row, d: &mut Vec<Diagnostic>) {
     };
     let payload = row.payload().trim();
     if !payload.is_empty() {
-        let at = s.content_at(row.parsed.payload_line);
         if !matches!(probe_json(payload), Ok(serde_json::Value::Object(_))) {
             d.push(Diagnostic::error(
                 p,
-                at,
+                s.content_at(row.parsed.payload_line),
                 "bad_mcp_payload",
                 "an mcp row's payload is the tool's arguments: a JSON object template",
                 r#"write `{"message": "$1"}`, or leave the payload out to send the arguments input_schema names"#,
