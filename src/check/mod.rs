@@ -517,16 +517,14 @@ fn check_mcp(row: &Row, d: &mut Vec<Diagnostic>) {
         }
     };
     let payload = row.payload().trim();
-    if !payload.is_empty() {
-        if !matches!(probe_json(payload), Ok(serde_json::Value::Object(_))) {
-            d.push(Diagnostic::error(
-                p,
-                s.content_at(row.parsed.payload_line),
-                "bad_mcp_payload",
-                "an mcp row's payload is the tool's arguments: a JSON object template",
-                r#"write `{"message": "$1"}`, or leave the payload out to send the arguments input_schema names"#,
-            ));
-        }
+    if !payload.is_empty() && !matches!(probe_json(payload), Ok(serde_json::Value::Object(_))) {
+        d.push(Diagnostic::error(
+            p,
+            s.content_at(row.parsed.payload_line),
+            "bad_mcp_payload",
+            "an mcp row's payload is the tool's arguments: a JSON object template",
+            r#"write `{"message": "$1"}`, or leave the payload out to send the arguments input_schema names"#,
+        ));
     }
     let credential = Credential::parse(&row.auth).ok().flatten();
     let wrong = match (&target.server, &credential) {
