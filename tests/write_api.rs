@@ -218,8 +218,8 @@ fn token(write: &[&str], keys: &[&str]) -> String {
 fn new_row(key: &str, what: &str) -> String {
     // The ask's words in the row's WHAT: the gate ranks the row for its ask among rows that
     // echo too, lexically and by meaning.
-    fn_row(key, "text", &format!("Shout my words back loudly. {what}"))
-        .replace("  - echo my words\n", "  - shout my words back loudly\n")
+    fn_row(key, "text", &format!("Shout my words loudly. {what}"))
+        .replace("  - echo my words\n", "  - shout my words loudly\n")
 }
 
 #[tokio::test]

@@ -806,7 +806,8 @@ impl Searcher {
         let (sum, squares) = lexical.iter().fold((0f64, 0f64), |(s, q), &(_, x)| {
             (s + f64::from(x), q + f64::from(x) * f64::from(x))
         });
-        let words = semantic::Spread::of(self.rows.len(), sum, squares);
+        // Over the live rows: one removed in place keeps its place in `rows`, not its count.
+        let words = semantic::Spread::of(self.len(), sum, squares);
         let mut cosine: std::collections::HashMap<usize, f32> = semantic.iter().copied().collect();
         for (&(ord, _), &cos) in lists.lexical.iter().zip(&lists.lexical_cosines) {
             let weight = self

@@ -36,7 +36,9 @@ const ROWS_MAGIC: &[u8; 8] = b"CAPDIRSV";
 const RARE_ROWS: u32 = 5;
 /// A request's token that no row uses weighs this share of the heaviest row token.
 const UNKNOWN_SHARE: f32 = 0.1;
-const ROWS_VERSION: u32 = 3;
+/// 4: rows weighed with the capped IDF and made of make.py's SIF 1e-5 vectors; a version 3
+/// file's rows were weighed otherwise and would not match this binary's requests.
+const ROWS_VERSION: u32 = 4;
 
 /// `text` up to `MAX_TEXT_BYTES`, cut at a character boundary.
 fn bounded(text: &str) -> &str {
@@ -228,6 +230,8 @@ pub struct RowVectors {
     query_idf: Vec<f32>,
     /// Per row: the factor that turns its int8 dot product into a cosine.
     scale: Vec<f32>,
+    /// How many rows have a vector (a scale that is not 0).
+    with_vectors: usize,
     /// Per row: where its tokens end in `ids`.
     ends: Vec<u32>,
     ids: Vec<u16>,
@@ -275,6 +279,7 @@ impl RowVectors {
             idf: Vec::new(),
             query_idf: Vec::new(),
             scale: Vec::with_capacity(rows),
+            with_vectors: 0,
             ends: Vec::with_capacity(rows),
             ids: Vec::new(),
             data: Vec::with_capacity(rows * model.dims),
@@ -296,6 +301,7 @@ impl RowVectors {
                 }
             }
         }
+        self.with_vectors = self.scale.iter().filter(|&&s| s != 0.0).count();
     }
 
     /// Row `i`'s tokens.
@@ -318,7 +324,11 @@ impl RowVectors {
                 }
             }
         }
-        self.idf = idf(self.ends.len() as u32, &self.df);
+        // The rows with words: a row removed in place is not counted, as in a full build.
+        let rows = (0..self.ends.len())
+            .filter(|&i| !self.tokens(i).is_empty())
+            .count();
+        self.idf = idf(rows as u32, &self.df);
         let heaviest = self
             .idf
             .iter()
@@ -410,7 +420,9 @@ impl RowVectors {
                 best.offer(i, cos);
             }
         }
-        *spread = Spread::of(self.len(), sum, squares);
+        // Over the rows that have a vector: a row removed in place (or one whose words weigh
+        // nothing) adds 0 to both sums and is not counted, as a full build would not have it.
+        *spread = Spread::of(self.with_vectors, sum, squares);
     }
 
     /// The scan with AVX2's 16-lane multiply-adds: most of an ask's time at 100,000 rows.
@@ -515,6 +527,7 @@ impl RowVectors {
             df: vec![0; vocab],
             idf: Vec::new(),
             query_idf: Vec::new(),
+            with_vectors: scale.iter().filter(|&&s| s != 0.0).count(),
             scale,
             ends: end_list,
             ids,

@@ -84,8 +84,8 @@ fn managed_files(dir: &dyn Directory) -> Result<BTreeSet<PathBuf>> {
 
 impl IndexState {
     /// Read the index of a site (`site/index`) built from `rows` into memory. `None` when it
-    /// cannot be changed row by row (built by a capdir without the `id` field): then only a
-    /// full build makes a new one.
+    /// cannot be changed row by row (built by a capdir without the `id` field, or row vectors
+    /// this capdir does not read): then only a full build makes a new one.
     pub fn read(dir: &Path, rows: &[Row]) -> Result<Option<IndexState>> {
         let ram = RamDirectory::create();
         let list = std::fs::read(dir.join(MANAGED))
@@ -108,10 +108,17 @@ impl IndexState {
         let reader = index.reader()?;
         let indexed = indexable(rows);
         let words = vocabulary(&indexed);
-        let vectors = super::semantic::RowVectors::read(&dir.join(super::SEMANTIC_FILE))
-            .ok()
-            .filter(|v| v.len() == metas.len())
-            .map(Arc::new);
+        // Row vectors of another format version (weighed by an older capdir) or of another
+        // length cannot be changed row by row either: a full build writes them again.
+        let path = dir.join(super::SEMANTIC_FILE);
+        let vectors = if path.exists() {
+            match super::semantic::RowVectors::read(&path) {
+                Ok(v) if v.len() == metas.len() => Some(Arc::new(v)),
+                _ => return Ok(None),
+            }
+        } else {
+            None
+        };
         Ok(Some(IndexState {
             vectors,
             terms: Arc::new(term_fields(&reader, &fields)?),
@@ -379,6 +386,22 @@ mod tests {
 
     fn best(s: &Searcher, ask: &str) -> Option<String> {
         s.ask(ask, 3).expect("ask").first().map(|h| h.key.clone())
+    }
+
+    /// A site whose row vectors this capdir does not read (an older format version) is not
+    /// changed row by row, which would keep the old file: the build starts again in full.
+    #[test]
+    fn row_vectors_of_another_version_need_a_full_build() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rows = vec![row("ALPHA_ONE", "Translate a sentence into French.")];
+        let at = dir.path().join("index");
+        crate::search::build_index(&at, &rows).expect("build");
+        assert!(IndexState::read(&at, &rows).expect("read").is_some());
+        let file = at.join(crate::search::SEMANTIC_FILE);
+        let mut bytes = std::fs::read(&file).expect("vectors");
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+        std::fs::write(&file, bytes).expect("write");
+        assert!(IndexState::read(&at, &rows).expect("read").is_none());
     }
 
     /// The row vectors follow a change: an added row is found by meaning alone, a removed
