@@ -574,7 +574,15 @@ impl Searcher {
             .reload_policy(tantivy::ReloadPolicy::Manual)
             .try_into()?;
         let path = dir.join(SEMANTIC_FILE);
-        let semantic = if path.exists() {
+        let semantic = if semantic::RowVectors::other_version(&path) {
+            // A site built by an older capdir (a followed host not yet republished): its
+            // words still rank; its vectors are of another weighting and are not read.
+            tracing::warn!(
+                index = %dir.display(),
+                "row vectors of another capdir's format: asks rank by words alone; rebuild the site"
+            );
+            None
+        } else if path.exists() {
             let v = semantic::RowVectors::read(&path)?;
             if v.len() != rows.len() || v.dims() != semantic::model()?.dims() {
                 anyhow::bail!(

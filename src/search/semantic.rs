@@ -537,6 +537,18 @@ impl RowVectors {
         Ok(v)
     }
 
+    /// Does `path` hold row vectors in a format version other than the one this capdir
+    /// writes? False when it holds none, or not row vectors at all (`read` says what is wrong).
+    pub fn other_version(path: &Path) -> bool {
+        use std::io::Read as _;
+        let mut head = [0u8; 12];
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut head))
+            .is_ok()
+            && &head[..8] == ROWS_MAGIC
+            && u32::from_le_bytes([head[8], head[9], head[10], head[11]]) != ROWS_VERSION
+    }
+
     pub fn read(path: &Path) -> Result<RowVectors> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         RowVectors::from_vec(bytes).with_context(|| path.display().to_string())

@@ -402,6 +402,16 @@ mod tests {
         bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
         std::fs::write(&file, bytes).expect("write");
         assert!(IndexState::read(&at, &rows).expect("read").is_none());
+        // A dispatcher serving such a site (a followed host not yet republished) still
+        // answers asks, by words alone, rather than refusing the build.
+        let s = crate::search::Searcher::open(&at).expect("a site of the old format opens");
+        assert_eq!(
+            best(&s, "translate a sentence").as_deref(),
+            Some("ALPHA_ONE")
+        );
+        // Damage is still refused: a file that is not row vectors.
+        std::fs::write(&file, b"CAPDIRSV").expect("write");
+        assert!(crate::search::Searcher::open(&at).is_err());
     }
 
     /// The row vectors follow a change: an added row is found by meaning alone, a removed
