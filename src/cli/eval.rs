@@ -104,15 +104,7 @@ fn ablation_of_sets(a: &Args) -> anyhow::Result<ExitCode> {
     for (queries, site) in a.queries.iter().zip(&a.site) {
         let searcher = searcher(a, site)?;
         let labelled = crate::search::eval::read_queries(&std::fs::read_to_string(queries)?)?;
-        let rows = Ranking::ALL
-            .into_iter()
-            .map(|r| {
-                Ok((
-                    r,
-                    crate::search::eval::evaluate_by(&searcher, &labelled, r)?,
-                ))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let rows = crate::search::eval::ablation(&searcher, &labelled)?;
         sets.push((queries.display().to_string(), rows));
     }
     if a.json {
@@ -172,15 +164,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if a.ablation {
-        let rows = Ranking::ALL
-            .into_iter()
-            .map(|r| {
-                Ok((
-                    r,
-                    crate::search::eval::evaluate_by(&searcher, &labelled, r)?,
-                ))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let rows = crate::search::eval::ablation(&searcher, &labelled)?;
         if a.json {
             let v: serde_json::Map<String, serde_json::Value> = rows
                 .iter()

@@ -254,16 +254,7 @@ pub fn render_ablation(rows: &[(Ranking, Figures)]) -> String {
         "| ranking | queries | recall@1 | recall@5 | MRR@12 | mean ms | p99 ms |\n|---|---|---|---|---|---|---|\n",
     );
     for (r, f) in rows {
-        s.push_str(&format!(
-            "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
-            r.name(),
-            f.queries,
-            f.recall_at_1,
-            f.recall_at_5,
-            f.mrr_at_12,
-            f.mean_ms,
-            f.p99_ms
-        ));
+        s.push_str(&format!("| {} |{}", r.name(), f.cells()));
     }
     s
 }
@@ -275,31 +266,38 @@ pub fn render_ablation_of_sets(sets: &[(String, Vec<(Ranking, Figures)>)]) -> St
     );
     for (set, rows) in sets {
         for (r, f) in rows {
-            s.push_str(&format!(
-                "| {set} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
-                r.name(),
-                f.queries,
-                f.recall_at_1,
-                f.recall_at_5,
-                f.mrr_at_12,
-                f.mean_ms,
-                f.p99_ms
-            ));
+            s.push_str(&format!("| {set} | {} |{}", r.name(), f.cells()));
         }
     }
     s
 }
 
+/// Every ranking's figures on `queries`, in the order of `Ranking::ALL`.
+pub fn ablation(searcher: &Searcher, queries: &[Labelled]) -> Result<Vec<(Ranking, Figures)>> {
+    Ranking::ALL
+        .into_iter()
+        .map(|r| Ok((r, evaluate_by(searcher, queries, r)?)))
+        .collect()
+}
+
 impl Figures {
-    pub fn render(&self) -> String {
+    /// The figures as the cells of a table row, ending the row.
+    fn cells(&self) -> String {
         format!(
-            "| queries | recall@1 | recall@5 | MRR@12 | mean ms | p99 ms |\n|---|---|---|---|---|---|\n| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
+            " {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
             self.queries,
             self.recall_at_1,
             self.recall_at_5,
             self.mrr_at_12,
             self.mean_ms,
             self.p99_ms
+        )
+    }
+
+    pub fn render(&self) -> String {
+        format!(
+            "| queries | recall@1 | recall@5 | MRR@12 | mean ms | p99 ms |\n|---|---|---|---|---|---|\n|{}",
+            self.cells()
         )
     }
 }
