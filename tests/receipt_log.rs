@@ -469,3 +469,36 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
         .collect()
 }
+
+/// A tree behind its chain (receipts whose nodes are not made yet) proves nothing past its
+/// edge: a proof asked for such a receipt is refused (503), never answered with a checkpoint
+/// that does not hold it, while a receipt inside the tree still proves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receipt_past_the_tree_gets_no_proof() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
+    capdir::build::run(&capdir::build::Options::new(catalogue, d.join("site"))).expect("build");
+    let served = Served::start(d, &[], &[("CAPDIR_OWNER_KEY", OWNER)]).await;
+    // One at a time: receipt i of the list is the ledger's receipt i + 1.
+    let ids = invoke_many(served.port, 9, 1, "behind").await;
+    let db = rusqlite::Connection::open(d.join("ledger.sqlite")).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    db.execute("UPDATE receipts SET nodes = NULL WHERE seq >= 5", [])
+        .unwrap();
+    let client = common::client();
+    let confirm = |id: &str| served.url(&format!("/api/dispatch?confirm={id}&proof=1"));
+    let inside = client.get(confirm(&ids[2])).send().await.expect("confirm");
+    assert_eq!(inside.status(), 200);
+    let inside: Json = inside.json().await.expect("json");
+    assert_eq!(inside["seq"], 3, "{inside}");
+    assert_eq!(
+        size_of(inside["proof"]["checkpoint"].as_str().expect("checkpoint")),
+        4
+    );
+    let past = client.get(confirm(&ids[7])).send().await.expect("confirm");
+    assert_eq!(past.status(), 503);
+    let body: Json = past.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    assert!(body.get("proof").is_none(), "{body}");
+}
