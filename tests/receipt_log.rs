@@ -327,14 +327,19 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     );
 }
 
+/// A dispatcher in `dir` on a site built there from the bundled catalogue, the owner key set.
+async fn serve_bundled(dir: &Path) -> Served {
+    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
+    capdir::build::run(&capdir::build::Options::new(catalogue, dir.join("site"))).expect("build");
+    Served::start(dir, &[], &[("CAPDIR_OWNER_KEY", OWNER)]).await
+}
+
 /// The tree is the chain's: `capdir ledger verify` (online) finds a changed tree node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_tree_node_breaks_the_online_check() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
-    capdir::build::run(&capdir::build::Options::new(catalogue, d.join("site"))).expect("build");
-    let served = Served::start(d, &[], &[("CAPDIR_OWNER_KEY", OWNER)]).await;
+    let served = serve_bundled(d).await;
     invoke_many(served.port, 37, 4, "node").await;
     drop(served);
     let ledger = format!("sqlite:{}", d.join("ledger.sqlite").display());
@@ -477,9 +482,7 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
 async fn a_receipt_past_the_tree_gets_no_proof() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
-    capdir::build::run(&capdir::build::Options::new(catalogue, d.join("site"))).expect("build");
-    let served = Served::start(d, &[], &[("CAPDIR_OWNER_KEY", OWNER)]).await;
+    let served = serve_bundled(d).await;
     // One at a time: receipt i of the list is the ledger's receipt i + 1.
     let ids = invoke_many(served.port, 9, 1, "behind").await;
     let db = rusqlite::Connection::open(d.join("ledger.sqlite")).unwrap();
