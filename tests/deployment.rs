@@ -286,8 +286,10 @@ async fn pull_request_to_pages_to_two_following_dispatchers_to_an_agent() {
     let b = follower(dir, port_b, &format!("{site_url}/"), &public, &db.url);
     let c = follower(dir, port_c, &format!("{site_url}/"), &public, &db.url);
     let (mut b, mut c) = (b, c);
-    common::wait_ready(client, port_b, &mut b.0).await;
-    common::wait_ready(client, port_c, &mut c.0).await;
+    for (port, p) in [(port_b, &mut b), (port_c, &mut c)] {
+        let log = dir.join(format!("serve-{port}.log"));
+        common::wait_ready_or_show(client, port, &mut p.0, Some(&log)).await;
+    }
     let first = head(&repo);
     assert_eq!(followed_commit(client, port_b).await, first);
     assert_eq!(followed_commit(client, port_c).await, first);

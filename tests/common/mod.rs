@@ -435,6 +435,17 @@ impl Drop for PgDatabase {
 /// Wait until the `capdir serve` on `port` answers `?map=1`; fail if it exits first or does
 /// not answer within 30 s.
 pub async fn wait_ready(client: &reqwest::Client, port: u16, server: &mut std::process::Child) {
+    wait_ready_or_show(client, port, server, None).await;
+}
+
+/// `wait_ready`, showing the server's `log` file when it exits first (the test's directory,
+/// and the log in it, are gone once the test fails).
+pub async fn wait_ready_or_show(
+    client: &reqwest::Client,
+    port: u16,
+    server: &mut std::process::Child,
+    log: Option<&std::path::Path>,
+) {
     let started = std::time::Instant::now();
     loop {
         let url = format!("http://127.0.0.1:{port}/api/dispatch?map=1");
@@ -444,7 +455,10 @@ pub async fn wait_ready(client: &reqwest::Client, port: u16, server: &mut std::p
             return;
         }
         if let Ok(Some(status)) = server.try_wait() {
-            panic!("capdir serve on port {port} exited before it was ready: {status}");
+            let said = log
+                .and_then(|l| std::fs::read_to_string(l).ok())
+                .unwrap_or_default();
+            panic!("capdir serve on port {port} exited before it was ready: {status}\n{said}");
         }
         assert!(
             started.elapsed() < std::time::Duration::from_secs(30),
