@@ -91,6 +91,15 @@ fn searcher(a: &Args, site: &std::path::Path) -> anyhow::Result<crate::search::S
     Ok(searcher.with_ranking(a.ranking.into()))
 }
 
+/// Each ranking's figures as a JSON object keyed by the ranking's name (`lexical`, …).
+fn by_ranking(
+    rows: &[(Ranking, crate::search::eval::Figures)],
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    rows.iter()
+        .map(|(r, f)| Ok((format!("{r:?}").to_lowercase(), serde_json::to_value(f)?)))
+        .collect()
+}
+
 /// Every ranking's figures on each (queries, site) pair: `--ablation` over several sets.
 fn ablation_of_sets(a: &Args) -> anyhow::Result<ExitCode> {
     if a.site.len() != a.queries.len() {
@@ -110,13 +119,7 @@ fn ablation_of_sets(a: &Args) -> anyhow::Result<ExitCode> {
     if a.json {
         let v: serde_json::Map<String, serde_json::Value> = sets
             .iter()
-            .map(|(set, rows)| {
-                let by: serde_json::Map<String, serde_json::Value> = rows
-                    .iter()
-                    .map(|(r, f)| Ok((format!("{r:?}").to_lowercase(), serde_json::to_value(f)?)))
-                    .collect::<anyhow::Result<_>>()?;
-                Ok((set.clone(), serde_json::Value::Object(by)))
-            })
+            .map(|(set, rows)| Ok((set.clone(), serde_json::Value::Object(by_ranking(rows)?))))
             .collect::<anyhow::Result<_>>()?;
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -166,11 +169,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.ablation {
         let rows = crate::search::eval::ablation(&searcher, &labelled)?;
         if a.json {
-            let v: serde_json::Map<String, serde_json::Value> = rows
-                .iter()
-                .map(|(r, f)| Ok((format!("{r:?}").to_lowercase(), serde_json::to_value(f)?)))
-                .collect::<anyhow::Result<_>>()?;
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            println!("{}", serde_json::to_string_pretty(&by_ranking(&rows)?)?);
         } else {
             print!("{}", crate::search::eval::render_ablation(&rows));
         }
