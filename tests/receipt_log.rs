@@ -504,4 +504,11 @@ async fn a_receipt_past_the_tree_gets_no_proof() {
     let body: Json = past.json().await.expect("json");
     assert_eq!(body["error"]["code"], "unavailable", "{body}");
     assert!(body.get("proof").is_none(), "{body}");
+    // Both asks came with no key: an anonymous caller's proof request runs nothing (no
+    // receipt is added) and its refusal names nothing of the ledger's inside.
+    let receipts: i64 = db
+        .query_row("SELECT count(*) FROM receipts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(receipts, 9);
+    assert!(!body.to_string().contains("covers"), "{body}");
 }
