@@ -26,3 +26,16 @@ pub mod write;
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The tests run in the release profile (README), which turns overflow checks off unless
+    /// `Cargo.toml` keeps them on for capdir: an overflow must fail here as it does in a debug
+    /// build, or the tests stop checking what they checked.
+    #[test]
+    fn arithmetic_overflow_fails_in_the_build_the_tests_run() {
+        let max = std::hint::black_box(u32::MAX);
+        let wrapped = std::panic::catch_unwind(|| max + std::hint::black_box(1));
+        assert!(wrapped.is_err(), "u32::MAX + 1 gave {:?}", wrapped.ok());
+    }
+}

@@ -1,6 +1,6 @@
 //! Snapshot tests of `capdir check` on the broken fixtures: each folder under
 //! `tests/fixtures/broken/` is a small catalogue whose exact diagnostics (file, line, column,
-//! code, message, help) are pinned in its `expected.txt`. `CAPDIR_BLESS=1 cargo test` rewrites
+//! code, message, help) are pinned in its `expected.txt`. `CAPDIR_BLESS=1 cargo test --release` rewrites
 //! them after an intended change; review the diff.
 
 use capdir::check::check_files;

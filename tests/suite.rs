@@ -1,6 +1,6 @@
 //! Every integration test but one, as modules of one test binary: each binary links the whole
 //! crate, so forty of them cost forty links (issue: a newcomer's first answer in minutes). Run
-//! one file's tests with `cargo test --test suite FILE::` (for example `browser::`).
+//! one file's tests with `cargo test --release --test suite FILE::` (for example `browser::`).
 //! `tests/invoke_process_env.rs` stays a binary of its own: it sets a process environment
 //! variable, which is unsound while other tests' threads read the environment.
 
