@@ -201,3 +201,35 @@ fn a_site_made_otherwise_is_built_anew() {
         Ok(Opened::Full(_))
     ));
 }
+
+/// An edit that fails the gate does not reach the site by the in-place path: a row's host moved
+/// into an argument slot (a caller could then send the call, and its credential, anywhere) is
+/// refused with its file and line, and the site keeps every byte it had. The in-place path
+/// reads the site while it checks the catalogue; the check still decides first.
+#[test]
+fn an_edit_that_fails_the_gate_changes_nothing_in_place() {
+    let repo = Repo::new();
+    let bad = fixture("broken/bad_http_target_slot_in_host/HTTP_SLOT_IN_HOST.yaml");
+    let good = bad.replace("https://$1.example.com/a", "https://api.example.com/a/$1");
+    assert_ne!(good, bad);
+    repo.write("HTTP_SLOT_IN_HOST.yaml", &good);
+    repo.write("GOOD_ECHO.yaml", &fixture("good/GOOD_ECHO.yaml"));
+    repo.commit("First", "2024-01-01T10:00:00Z");
+    let site = repo.path().join("site");
+    build::run(&Options::new(repo.catalogue(), &site)).expect("build");
+    let before = files(&site);
+
+    repo.write("HTTP_SLOT_IN_HOST.yaml", &bad);
+    repo.commit("Let the caller pick the host", "2024-02-01T10:00:00Z");
+    match incremental::build(&Options::new(repo.catalogue(), &site)) {
+        Err(build::BuildError::Check(report)) => {
+            assert!(
+                report.contains("HTTP_SLOT_IN_HOST.yaml:3:") && report.contains("bad_http_target"),
+                "{report}"
+            );
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(updated) => panic!("the edit was applied: {updated:?}"),
+    }
+    assert!(files(&site) == before, "the site changed");
+}

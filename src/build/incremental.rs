@@ -158,6 +158,40 @@ pub struct Built {
     pub across: Option<Vec<crate::row::diag::Diagnostic>>,
 }
 
+/// What a site holds of its own build, read while the catalogue is checked ([`Built::open`]).
+struct SiteState {
+    snap: snapshot::Snapshot,
+    extras: snapshot::Built,
+    history: History,
+    /// `Ok(None)`: the index cannot be changed row by row.
+    index: Result<Option<IndexState>>,
+    tera: Result<tera::Tera>,
+}
+
+impl SiteState {
+    /// `None` when the snapshot does not read.
+    fn read(opts: &Options) -> Option<SiteState> {
+        let path = opts.out.join("catalogue.sqlite");
+        let (Ok(snap), Ok(extras)) = (snapshot::open(&path), snapshot::built(&path)) else {
+            return None;
+        };
+        let history = history::read_cached(
+            &opts.catalogue,
+            Some(&opts.out.join(HISTORY_CACHE)),
+            crate::cores(),
+            None,
+        );
+        let index = IndexState::read(&opts.out.join("index"), &snap.rows);
+        Some(SiteState {
+            snap,
+            extras,
+            history,
+            index,
+            tera: site::tera(),
+        })
+    }
+}
+
 impl std::fmt::Debug for Built {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Built")
@@ -183,27 +217,38 @@ impl Built {
             }
             None => return Ok(Opened::Full("no site built by this capdir yet".into())),
         }
-        let snapshot_path = out.join("catalogue.sqlite");
-        let (Ok(snap), Ok(extras)) = (
-            snapshot::open(&snapshot_path),
-            snapshot::built(&snapshot_path),
-        ) else {
+        // The catalogue is read and checked on this thread while the site's own state is read
+        // on another: neither needs the other, and at 10,000 rows each took about half of a
+        // one-row rebuild's opening (checked 210 ms; snapshot, history, index and templates
+        // 190 ms). What each finds is looked at in the order it was found in before.
+        let (checked, site) = std::thread::scope(|s| {
+            let site = s.spawn(|| SiteState::read(opts));
+            let checked = super::read_checked(&opts.catalogue);
+            (checked, site.join())
+        });
+        let Ok(site) = site else {
+            return Err(BuildError::Other(anyhow::anyhow!(
+                "reading the site panicked"
+            )));
+        };
+        let Some(SiteState {
+            snap,
+            extras,
+            history,
+            index,
+            tera,
+        }) = site
+        else {
             return Ok(Opened::Full("the site's snapshot does not read".into()));
         };
-        let checked = super::read_checked(&opts.catalogue)?;
+        let checked = checked?;
         if super::site_bindings(out) != checked.bindings {
             return Ok(Opened::Full("the credential bindings changed".into()));
         }
-        let history = history::read_cached(
-            &opts.catalogue,
-            Some(&out.join(HISTORY_CACHE)),
-            crate::cores(),
-            None,
-        );
         if let Some(why) = &history.missing {
             return Ok(Opened::Full(format!("no Git history ({why})")));
         }
-        let Some(index) = IndexState::read(&out.join("index"), &snap.rows)? else {
+        let Some(index) = index? else {
             return Ok(Opened::Full(
                 "the site's index cannot be changed row by row".into(),
             ));
@@ -233,7 +278,7 @@ impl Built {
                 .get(&old.key)
                 .map(|v| v.iter().map(String::as_str).collect())
                 .unwrap_or_default();
-            if snapshot::columns(new) != snapshot::columns(&old) || shas != built_shas {
+            if !snapshot::same_columns(new, &old) || shas != built_shas {
                 delta.upserts.push(new.clone());
                 rows.insert(old.key.clone(), Arc::new(old));
             } else {
@@ -284,7 +329,7 @@ impl Built {
             index,
             info: snap.info,
             tombstones: tombs,
-            tera: site::tera()?,
+            tera: tera?,
             touched: BTreeSet::new(),
             across: None,
         };
