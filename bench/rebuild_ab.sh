@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A/B two capdir binaries on the one-row rebuild, side by side in one run: one generated
+# catalogue, one site; each round edits one row, commits, and lets one binary change the site
+# in place, taking turns, so the machine's noise falls on both alike. Prints each rebuild's
+# wall time and its open/apply/pages steps (RUST_LOG=info), then the medians.
+#   bench/rebuild_ab.sh OLD_BINARY NEW_BINARY [ROWS] [ROUNDS]   (default 10000 rows, 5 rounds)
+#   BENCH_OUT=DIR   where the catalogue lives (default /dev/shm/capdir-rebuild: tmpfs, as
+#                   bench/build.sh's figures against Hugo)
+# Both binaries must make sites the same way (the same capdir version), or each round is a
+# full build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+old="$(realpath "$1")" new="$(realpath "$2")" rows="${3:-10000}" rounds="${4:-5}"
+dir="${BENCH_OUT:-/dev/shm/capdir-rebuild}/$rows"
+[ -d "$dir/catalogue" ] || python3 bench/gen_catalogue.py "$dir" "$rows" "$((rows / 10))" 1 >/dev/null
+site="$dir/site-ab-$$"
+trap 'rm -rf "$site"' EXIT
+(cd "$dir" && "$new" build catalogue --out "$site") >/dev/null 2>&1
+file=$(find "$dir/catalogue" -name '*.yaml' -print -quit)
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+step() { grep -oP "^  $1 +\K[0-9.]+" "$2"; }
+declare -A took
+echo "| round | binary | rebuild s | open ms | apply ms | pages ms |"
+echo "|---|---|---|---|---|---|"
+for r in $(seq "$rounds"); do
+  for side in old new; do
+    bin="${!side}"
+    sed -i "s/^\(  # OUTPUT: .*\)\( (edit [0-9a-z-]*)\)\?$/\1 (edit $r-$side)/" "$file"
+    git -C "$dir" -c user.name=B -c user.email=b@example.com commit -qam "edit $r $side"
+    log="$(mktemp)"
+    start=$(date +%s.%N)
+    (cd "$dir" && RUST_LOG=info "$bin" build catalogue --out "$site") >"$log" 2>&1
+    s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.3f}')")
+    grep -q "^changed 1 rows of .* in place" "$log" || { echo "$side did not change the site in place:"; cat "$log"; exit 1; }
+    echo "| $r | $side | $s | $(step open "$log") | $(step apply "$log") | $(step pages "$log") |"
+    took[$side]+="$s "
+    rm -f "$log"
+  done
+done
+echo
+for side in old new; do
+  echo "median $side: $(printf '%s\n' ${took[$side]} | median) s"
+done
