@@ -348,10 +348,12 @@ pub fn check_row(row: &Row) -> Vec<Diagnostic> {
             }
             // Named arguments (`{?limit}`, `{form:name}`): well formed, and declared.
             let schema = row.input_schema.as_ref();
-            for (message, help) in crate::row::expand::problems(&row.target, row.payload(), schema)
-            {
+            let problems = crate::row::expand::problems(&row.target, row.payload(), schema);
+            if !problems.is_empty() {
                 let at = s.content_at(row.parsed.payload_line);
-                d.push(Diagnostic::error(p, at, "bad_named_args", message, help));
+                for (message, help) in problems {
+                    d.push(Diagnostic::error(p, at, "bad_named_args", message, help));
+                }
             }
         }
         RowType::Flow => {
@@ -467,20 +469,23 @@ fn check_fn(row: &Row, d: &mut Vec<Diagnostic>) {
             "an fn row's payload must be a JSON array of the builtin's arguments",
             r#"write the payload as an array, e.g. `["$1", "$2"]`"#,
         )),
-        Err(e) => d.push(Diagnostic::error(
-            p,
-            (
-                at().0 + e.line().saturating_sub(1),
-                if e.line() <= 1 {
-                    at().1 + e.column().saturating_sub(1)
-                } else {
-                    e.column()
-                },
-            ),
-            "bad_fn_template",
-            format!("an fn row's payload is not valid JSON: {e}"),
-            r#"write the payload as a JSON array, e.g. `["$1", "$2"]`"#,
-        )),
+        Err(e) => {
+            let (line, column) = at();
+            d.push(Diagnostic::error(
+                p,
+                (
+                    line + e.line().saturating_sub(1),
+                    if e.line() <= 1 {
+                        column + e.column().saturating_sub(1)
+                    } else {
+                        e.column()
+                    },
+                ),
+                "bad_fn_template",
+                format!("an fn row's payload is not valid JSON: {e}"),
+                r#"write the payload as a JSON array, e.g. `["$1", "$2"]`"#,
+            ))
+        }
     }
 }
 

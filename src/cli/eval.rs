@@ -102,13 +102,6 @@ fn by_ranking(
 
 /// Every ranking's figures on each (queries, site) pair: `--ablation` over several sets.
 fn ablation_of_sets(a: &Args) -> anyhow::Result<ExitCode> {
-    if a.site.len() != a.queries.len() {
-        anyhow::bail!(
-            "{} query files and {} sites: give one --site per --queries, in the same order",
-            a.queries.len(),
-            a.site.len()
-        );
-    }
     let mut sets = Vec::new();
     for (queries, site) in a.queries.iter().zip(&a.site) {
         let searcher = searcher(a, site)?;
@@ -129,17 +122,21 @@ fn ablation_of_sets(a: &Args) -> anyhow::Result<ExitCode> {
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    // `--site` defaults to one `site`: one query file and no `--site` make a pair too.
+    if a.site.len() != a.queries.len() {
+        anyhow::bail!(
+            "{} query files and {} sites: give one --site per --queries, in the same order",
+            a.queries.len(),
+            a.site.len()
+        );
+    }
     if a.queries.len() > 1 {
         if !a.ablation {
             anyhow::bail!("several --queries are scored side by side only with --ablation");
         }
         return ablation_of_sets(&a);
     }
-    let site = a
-        .site
-        .first()
-        .map_or_else(|| PathBuf::from("site"), Clone::clone);
-    let searcher = searcher(&a, &site)?;
+    let searcher = searcher(&a, &a.site[0])?;
     let labelled = crate::search::eval::read_queries(&std::fs::read_to_string(&a.queries[0])?)?;
     if let Some(path) = &a.lists {
         let mut out = String::new();

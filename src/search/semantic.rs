@@ -301,7 +301,7 @@ impl RowVectors {
                 }
             }
         }
-        self.with_vectors = self.scale.iter().filter(|&&s| s != 0.0).count();
+        self.with_vectors = with_vectors(&self.scale);
     }
 
     /// Row `i`'s tokens.
@@ -527,7 +527,7 @@ impl RowVectors {
             df: vec![0; vocab],
             idf: Vec::new(),
             query_idf: Vec::new(),
-            with_vectors: scale.iter().filter(|&&s| s != 0.0).count(),
+            with_vectors: with_vectors(&scale),
             scale,
             ends: end_list,
             ids,
@@ -553,6 +553,12 @@ impl RowVectors {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         RowVectors::from_vec(bytes).with_context(|| path.display().to_string())
     }
+}
+
+/// How many rows have a vector: a scale that is not 0 (a row removed in place, or one whose
+/// words weigh nothing, has none).
+fn with_vectors(scale: &[f32]) -> usize {
+    scale.iter().filter(|&&s| s != 0.0).count()
 }
 
 /// A request's vector, widened for the scan's multiply-adds, with the factor that turns its
