@@ -233,3 +233,43 @@ fn an_edit_that_fails_the_gate_changes_nothing_in_place() {
     }
     assert!(files(&site) == before, "the site changed");
 }
+
+/// A category page changes only with its rows, the categories or the counts: an edit of one
+/// row rewrites its category's page and leaves every other category page as it was (the same
+/// file, not a copy), the manifest still describing each; a row in a new category changes the
+/// list of categories every page shows, so every page is written.
+#[test]
+fn an_edit_rewrites_only_its_category_page() {
+    use std::os::unix::fs::MetadataExt as _;
+    let repo = Repo::new();
+    for (key, cat) in [("A_ONE", "alpha"), ("A_TWO", "alpha"), ("B_ONE", "beta")] {
+        repo.write(&format!("{key}.yaml"), &fn_row(key, cat, "An echo."));
+    }
+    repo.commit("Rows", "2024-01-01T10:00:00Z");
+    let site = repo.path().join("site");
+    build::run(&Options::new(repo.catalogue(), &site)).expect("build");
+    let inode = |cat: &str| {
+        std::fs::metadata(site.join(format!("c/{cat}.html")))
+            .unwrap()
+            .ino()
+    };
+    let (alpha, beta) = (inode("alpha"), inode("beta"));
+
+    repo.write("A_ONE.yaml", &fn_row("A_ONE", "alpha", "An edited echo."));
+    repo.commit("Edit one", "2024-02-01T10:00:00Z");
+    assert_eq!(update(&repo, &site), 1);
+    assert_ne!(
+        inode("alpha"),
+        alpha,
+        "the edited row's category page is written"
+    );
+    assert_eq!(inode("beta"), beta, "another category's page is left alone");
+    assert_same_as_cold(&repo, &site, "an edit in one category");
+
+    let beta = inode("beta");
+    repo.write("G_ONE.yaml", &fn_row("G_ONE", "gamma", "A new echo."));
+    repo.commit("A new category", "2024-03-01T10:00:00Z");
+    assert_eq!(update(&repo, &site), 1);
+    assert_ne!(inode("beta"), beta, "every page names the new category");
+    assert_same_as_cold(&repo, &site, "a new category");
+}

@@ -153,6 +153,8 @@ pub struct Built {
     tera: tera::Tera,
     /// Files changed since the manifest was last written, relative to the site.
     touched: BTreeSet<String>,
+    /// Category pages changed since the pages were last written.
+    stale: StaleCategories,
     /// What the rules across rows say of `rows`, when a gate has worked it out (the write
     /// path keeps it from one write to the next).
     pub across: Option<Vec<crate::row::diag::Diagnostic>>,
@@ -331,6 +333,7 @@ impl Built {
             tombstones: tombs,
             tera: tera?,
             touched: BTreeSet::new(),
+            stale: StaleCategories::default(),
             across: None,
         };
         Ok(Opened::Ready(Box::new(built), delta))
@@ -415,6 +418,11 @@ impl Built {
             .collect();
         // The caller says what the rules across the changed rows are, when it knows.
         self.across = None;
+        // A category page lists its rows and names every category beside the counts: the
+        // pages of the changed rows' categories (before and after) change, and every page
+        // when the categories or the counts do.
+        let (counts_before, names_before) = (self.info.counts.clone(), self.category_names());
+        self.stale.mark(&self.rows, &changed);
         for key in &delta.removed {
             self.rows.remove(key);
         }
@@ -427,6 +435,10 @@ impl Built {
             self.info.date.clone_from(&head.date);
         }
         self.info.counts = Counts::of(self.rows.values().map(|r| &**r));
+        self.stale.mark(&self.rows, &changed);
+        if self.info.counts != counts_before || self.category_names() != names_before {
+            self.stale.every = true;
+        }
 
         // Fingerprints: of the rows changed and of those composing them.
         let enabled: Vec<&Row> = self
@@ -584,6 +596,17 @@ impl Built {
         })
     }
 
+    /// The categories the site lists: those of its enabled rows.
+    fn category_names(&self) -> BTreeSet<String> {
+        let names: BTreeSet<&str> = self
+            .rows
+            .values()
+            .filter(|r| r.enabled)
+            .map(|r| crate::row::category_name(&r.category))
+            .collect();
+        names.into_iter().map(String::from).collect()
+    }
+
     /// The file name of the row `key` (or of the file it was read from, when gone).
     fn file_of(&self, key: &str) -> String {
         self.rows.get(key).map_or_else(
@@ -616,6 +639,7 @@ impl Built {
             urls: self.urls.clone(),
             repo_url: self.repo_url.clone(),
             touched: std::mem::take(&mut self.touched),
+            stale: std::mem::take(&mut self.stale),
         }
     }
 
@@ -623,6 +647,7 @@ impl Built {
     /// site into the manifest, since which files the failed run had changed is not known.
     pub fn pages_failed(&mut self) {
         self.touched.insert(EVERY_FILE.into());
+        self.stale.every = true;
     }
 
     /// Save the history this model holds as the site's history cache, so a later build walks
@@ -633,6 +658,28 @@ impl Built {
             &self.catalogue,
             &self.out.join(HISTORY_CACHE),
         )
+    }
+}
+
+/// The category pages a change made stale: every one, or those of `names`.
+#[derive(Debug, Default)]
+struct StaleCategories {
+    every: bool,
+    names: BTreeSet<String>,
+}
+
+impl StaleCategories {
+    /// The categories of the rows of `keys` (those `rows` has) are stale.
+    fn mark(&mut self, rows: &BTreeMap<String, Arc<Row>>, keys: &[String]) {
+        for row in keys.iter().filter_map(|k| rows.get(k)) {
+            self.names
+                .insert(crate::row::category_name(&row.category).to_string());
+        }
+    }
+
+    /// The categories to render: `None` for every one.
+    fn only(&self) -> Option<&BTreeSet<String>> {
+        (!self.every).then_some(&self.names)
     }
 }
 
@@ -684,6 +731,7 @@ pub struct Pages {
     urls: Urls,
     repo_url: Option<String>,
     touched: BTreeSet<String>,
+    stale: StaleCategories,
 }
 
 impl Pages {
@@ -761,6 +809,7 @@ impl Pages {
                 &self.listings,
                 &self.tombstones,
                 &crate::build::site_bindings(&self.out),
+                self.stale.only(),
             )?;
             projections
                 .join()
@@ -787,11 +836,12 @@ impl Pages {
             }
         }
         // Category pages of categories no row has any more.
+        let pages: BTreeSet<String> = categories.iter().map(|c| format!("{c}.html")).collect();
         if let Ok(entries) = std::fs::read_dir(self.out.join("c")) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let rel = format!("c/{name}");
-                if !name.starts_with('.') && !written.contains(&rel) {
+                if !name.starts_with('.') && !pages.contains(&name) {
                     let _ = std::fs::remove_file(e.path());
                     written.insert(rel);
                 }

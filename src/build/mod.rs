@@ -339,7 +339,9 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 let listings: Vec<site::Listing> =
                     contracts.iter().map(site::Listing::of).collect();
                 let enabled: Vec<&Row> = enabled.iter().collect();
-                site::write_pages(&tmp, &tera, &common, &enabled, &listings, &tombs, &bindings)?;
+                site::write_pages(
+                    &tmp, &tera, &common, &enabled, &listings, &tombs, &bindings, None,
+                )?;
                 Ok((contracts.len(), written))
             })();
             let side = side

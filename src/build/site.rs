@@ -14,7 +14,7 @@ use pulldown_cmark::{Event, Options, Parser, html};
 use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::OnceLock;
 use tera::Tera;
@@ -681,8 +681,9 @@ fn write_credentials(
     )
 }
 
-/// Index, category pages, the no-JavaScript search page, the credentials page, assets and
-/// the browser's index.
+/// Index, category pages (every one, or only the categories named in `only`), the
+/// no-JavaScript search page, the credentials page, assets and the browser's index.
+#[allow(clippy::too_many_arguments)]
 pub fn write_pages(
     out: &Path,
     tera: &Tera,
@@ -691,6 +692,7 @@ pub fn write_pages(
     listings: &[Listing],
     tombstones: &[Tombstone],
     bindings: &Bindings,
+    only: Option<&BTreeSet<String>>,
 ) -> Result<()> {
     let mut by_cat: BTreeMap<String, Vec<&Listing>> = BTreeMap::new();
     for c in listings {
@@ -738,7 +740,10 @@ pub fn write_pages(
     write(&out.join("search.html"), tera.render("search.html", &ctx)?)?;
 
     std::fs::create_dir_all(out.join("c"))?;
-    for cat in &categories {
+    for cat in categories
+        .iter()
+        .filter(|c| only.is_none_or(|names| names.contains(&c.name)))
+    {
         let mut ctx = context(common, "../")?;
         ctx.insert("category", cat);
         ctx.insert("all_categories", &names);
