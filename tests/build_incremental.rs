@@ -273,3 +273,46 @@ fn an_edit_rewrites_only_its_category_page() {
     assert_ne!(inode("beta"), beta, "every page names the new category");
     assert_same_as_cold(&repo, &site, "a new category");
 }
+
+/// A rebuild in place runs the rules of one file over the files that changed only, taking
+/// the others as the site's last gate found them, byte for byte (`build::checked`); the result
+/// is a full build's. A list of clean files that does not read is not believed: every file is
+/// checked again. (An edit that fails the gate is refused all the same:
+/// `an_edit_that_fails_the_gate_changes_nothing_in_place`.)
+#[test]
+fn a_rebuild_checks_again_only_the_files_that_changed() {
+    let repo = Repo::new();
+    for key in ["R_ONE", "R_TWO", "R_THREE"] {
+        repo.write(&format!("{key}.yaml"), &fn_row(key, "text", "An echo."));
+    }
+    repo.commit("Rows", "2024-01-01T10:00:00Z");
+    let site = repo.path().join("site");
+    build::run(&Options::new(repo.catalogue(), &site)).expect("build");
+    let opened = |repo: &Repo| -> String {
+        let updated = incremental::build(&Options::new(repo.catalogue(), &site))
+            .expect("update")
+            .expect("changed in place");
+        updated.steps[0].2.clone()
+    };
+
+    repo.write("R_TWO.yaml", &fn_row("R_TWO", "text", "An edited echo."));
+    repo.commit("Edit", "2024-02-01T10:00:00Z");
+    let said = opened(&repo);
+    assert!(said.contains("(2 files unchanged since checked)"), "{said}");
+    assert_same_as_cold(&repo, &site, "an edit, two files taken as checked");
+
+    std::fs::write(site.join(build::checked::FILE), "garbage\n").unwrap();
+    repo.write("R_ONE.yaml", &fn_row("R_ONE", "text", "Edited too."));
+    repo.commit("Edit again", "2024-03-01T10:00:00Z");
+    let said = opened(&repo);
+    assert!(said.contains("(0 files unchanged since checked)"), "{said}");
+    assert_same_as_cold(&repo, &site, "an edit, every file checked");
+    // The list is whole again for the next rebuild.
+    repo.write(
+        "R_THREE.yaml",
+        &fn_row("R_THREE", "text", "Edited as well."),
+    );
+    repo.commit("Edit a third", "2024-04-01T10:00:00Z");
+    let said = opened(&repo);
+    assert!(said.contains("(2 files unchanged since checked)"), "{said}");
+}

@@ -23,6 +23,7 @@
 //! was made by this capdir with the same options (`.build-options.json` says how it was made)
 //! and its index has the `id` field; otherwise, and for large changes, a full build runs.
 
+use crate::build::checked::Clean;
 use crate::build::contract::{Contract, Tombstone};
 use crate::build::history::{self, History};
 use crate::build::site::{self, Common, Listing, SiteMeta};
@@ -151,6 +152,10 @@ pub struct Built {
     info: BuildInfo,
     tombstones: BTreeMap<String, Tombstone>,
     tera: tera::Tera,
+    /// The files of the catalogue the gate found clean when the site was opened.
+    clean: Clean,
+    /// How many of them it took as checked before (`build::checked`).
+    reused: usize,
     /// Files changed since the manifest was last written, relative to the site.
     touched: BTreeSet<String>,
     /// Category pages changed since the pages were last written.
@@ -160,9 +165,11 @@ pub struct Built {
     pub across: Option<Vec<crate::row::diag::Diagnostic>>,
 }
 
-/// What a site holds of its own build, read while the catalogue is checked ([`Built::open`]).
+/// What a site holds of its own build, read while the catalogue is read ([`Built::open`]).
 struct SiteState {
     snap: snapshot::Snapshot,
+    /// The files its last gate found clean.
+    clean: Clean,
     extras: snapshot::Built,
     history: History,
     /// `Ok(None)`: the index cannot be changed row by row.
@@ -186,6 +193,7 @@ impl SiteState {
         let index = IndexState::read(&opts.out.join("index"), &snap.rows);
         Some(SiteState {
             snap,
+            clean: Clean::read(&opts.out),
             extras,
             history,
             index,
@@ -219,14 +227,15 @@ impl Built {
             }
             None => return Ok(Opened::Full("no site built by this capdir yet".into())),
         }
-        // The catalogue is read and checked on this thread while the site's own state is read
-        // on another: neither needs the other, and at 10,000 rows each took about half of a
-        // one-row rebuild's opening (checked 210 ms; snapshot, history, index and templates
-        // 190 ms). What each finds is looked at in the order it was found in before.
-        let (checked, site) = std::thread::scope(|s| {
+        // The catalogue's files are read on this thread while the site's own state is read on
+        // another (snapshot, history, index and templates: 190 ms at 10,000 rows); then the
+        // gate runs, taking the files the site's last gate found clean, byte for byte, as it
+        // found them (`checked`): the rules of one file ran 210 ms of a one-row rebuild's
+        // opening. What each finds is looked at in the order it was found in before.
+        let (files, site) = std::thread::scope(|s| {
             let site = s.spawn(|| SiteState::read(opts));
-            let checked = super::read_checked(&opts.catalogue);
-            (checked, site.join())
+            let files = super::read_files(&opts.catalogue);
+            (files, site.join())
         });
         let Ok(site) = site else {
             return Err(BuildError::Other(anyhow::anyhow!(
@@ -235,6 +244,7 @@ impl Built {
         };
         let Some(SiteState {
             snap,
+            clean,
             extras,
             history,
             index,
@@ -243,7 +253,12 @@ impl Built {
         else {
             return Ok(Opened::Full("the site's snapshot does not read".into()));
         };
-        let checked = checked?;
+        let (files, digests) = files?;
+        let super::Gated {
+            checked,
+            clean,
+            reused,
+        } = super::gate(&files, &digests, Some((&clean, &snap.rows)))?;
         if super::site_bindings(out) != checked.bindings {
             return Ok(Opened::Full("the credential bindings changed".into()));
         }
@@ -332,6 +347,8 @@ impl Built {
             info: snap.info,
             tombstones: tombs,
             tera: tera?,
+            clean,
+            reused,
             touched: BTreeSet::new(),
             stale: StaleCategories::default(),
             across: None,
@@ -651,13 +668,14 @@ impl Built {
     }
 
     /// Save the history this model holds as the site's history cache, so a later build walks
-    /// only newer commits.
+    /// only newer commits, and the files the gate found clean as the site's list of them.
     pub fn save_history(&self) -> Result<()> {
         history::save_cache(
             &self.history,
             &self.catalogue,
             &self.out.join(HISTORY_CACHE),
-        )
+        )?;
+        self.clean.write(&self.out)
     }
 }
 
@@ -879,8 +897,9 @@ pub fn catch_up(opts: &Options) -> Result<Option<(Built, Updated)>, BuildError> 
         "open",
         started.elapsed(),
         format!(
-            "{} rows checked, {} changed since commit {}",
+            "{} rows checked ({} files unchanged since checked), {} changed since commit {}",
             built.rows.len(),
+            built.reused,
             delta.len(),
             short(built.commit())
         ),
@@ -889,6 +908,8 @@ pub fn catch_up(opts: &Options) -> Result<Option<(Built, Updated)>, BuildError> 
     let changed = delta.len();
     let same_commit = head.as_ref().is_none_or(|h| h.sha == built.commit());
     if delta.is_empty() && same_commit {
+        // A site made before the list, or one whose list went stale, gets it now.
+        built.clean.write(&built.out)?;
         return Ok(Some((built, Updated { changed, steps })));
     }
     let clock = Instant::now();
@@ -912,7 +933,11 @@ pub fn catch_up(opts: &Options) -> Result<Option<(Built, Updated)>, BuildError> 
     ));
     let clock = Instant::now();
     built.save_history()?;
-    steps.push(("history", clock.elapsed(), "cache saved".into()));
+    steps.push((
+        "history",
+        clock.elapsed(),
+        "cache and clean files saved".into(),
+    ));
     Ok(Some((built, Updated { changed, steps })))
 }
 

@@ -6,6 +6,7 @@
 //! at the end, so a failed build leaves the previous site untouched and a server reading the
 //! site never sees half of one.
 
+pub mod checked;
 pub mod contract;
 pub mod git;
 pub mod history;
@@ -26,6 +27,7 @@ use anyhow::{Context as _, Result, anyhow};
 use history::History;
 use site::{Common, SiteMeta};
 use snapshot::{BuildInfo, Counts};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -134,11 +136,66 @@ impl Steps {
     }
 }
 
-/// The catalogue's files, read and through the gate: an error lists every problem.
-pub(crate) fn read_checked(catalogue: &Path) -> Result<crate::check::Checked, BuildError> {
+/// The catalogue's files, read and through the gate (an error lists every problem), with the
+/// files it found clean.
+pub(crate) fn read_checked(
+    catalogue: &Path,
+) -> Result<(crate::check::Checked, checked::Clean), BuildError> {
+    let (files, digests) = read_files(catalogue)?;
+    gate(&files, &digests, None).map(|g| (g.checked, g.clean))
+}
+
+/// What the gate said of a catalogue's files.
+pub(crate) struct Gated {
+    pub checked: crate::check::Checked,
+    /// The files it found clean.
+    pub clean: checked::Clean,
+    /// How many files it took as checked before, byte for byte.
+    pub reused: usize,
+}
+
+/// The catalogue's files and the digest of each.
+pub(crate) fn read_files(
+    catalogue: &Path,
+) -> Result<(Vec<catalogue::SourceFile>, Vec<checked::Digest>), BuildError> {
     let files = catalogue::read_dir(catalogue)
         .with_context(|| format!("cannot read catalogue directory {}", catalogue.display()))?;
-    let checked = check_files(&files);
+    let digests = files.iter().map(checked::bytes_digest).collect();
+    Ok((files, digests))
+}
+
+/// `files` through the gate: an error lists every problem. With `before` (the clean files of
+/// the site's last gate, and the rows its snapshot holds), a file it lists with the same bytes
+/// and row is not checked again by the rules of one file (`checked`).
+pub(crate) fn gate(
+    files: &[catalogue::SourceFile],
+    digests: &[checked::Digest],
+    before: Option<(&checked::Clean, &[Row])>,
+) -> Result<Gated, BuildError> {
+    let reused = std::sync::atomic::AtomicUsize::new(0);
+    let checked = match before {
+        None => check_files(files),
+        Some((clean, rows)) => {
+            let digest_of: HashMap<&Path, &checked::Digest> = files
+                .iter()
+                .zip(digests)
+                .map(|(f, d)| (f.path.as_path(), d))
+                .collect();
+            let row_of: HashMap<&str, &Row> = rows
+                .iter()
+                .filter_map(|r| Some((r.path.file_name()?.to_str()?, r)))
+                .collect();
+            crate::check::check_files_known(files, &|file| {
+                let row = clean.reuse(
+                    file,
+                    digest_of.get(file.path.as_path())?,
+                    row_of.get(file.file_name()).copied(),
+                )?;
+                reused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(row)
+            })
+        }
+    };
     if checked.has_errors() {
         return Err(BuildError::Check(render(
             &checked.diags,
@@ -146,7 +203,12 @@ pub(crate) fn read_checked(catalogue: &Path) -> Result<crate::check::Checked, Bu
             Format::Text,
         )));
     }
-    Ok(checked)
+    let clean = checked::Clean::of(files, digests, &checked);
+    Ok(Gated {
+        checked,
+        clean,
+        reused: reused.into_inner(),
+    })
 }
 
 /// The site's copy of the catalogue's credential bindings: what the dispatcher enforces on
@@ -207,7 +269,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             (history, started.elapsed())
         })
     };
-    let checked = read_checked(&opts.catalogue)?;
+    let (checked, clean) = read_checked(&opts.catalogue)?;
     let warnings: Vec<&Diagnostic> = checked.diags.iter().filter(|d| !d.is_error()).collect();
     steps.report.warnings.extend(
         warnings
@@ -384,6 +446,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     // it (hidden, so in no manifest) how the site was made, for the next incremental rebuild.
     let result = result.and_then(|(info, hashed)| {
         made.save(&tmp)?;
+        clean.write(&tmp)?;
         let previous = opts.out.is_dir().then_some(opts.out.as_path());
         let manifest = manifest::write(&tmp, &info.commit, previous, &hashed)?;
         steps.done(

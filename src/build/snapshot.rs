@@ -217,6 +217,70 @@ pub fn same_columns(a: &Row, b: &Row) -> bool {
             || schema_text(input_schema) == schema_text(&b.input_schema))
 }
 
+/// The SHA-256 of the columns [`same_columns`] compares: two rows with the same columns have
+/// the same digest. What `.checked` records of the row the snapshot holds for a clean file
+/// (`build::checked`). Every field of `Row` is named, as in `same_columns`.
+pub fn column_digest(row: &Row) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    let Row {
+        key,
+        kind,
+        target,
+        auth,
+        content,
+        category,
+        allowed_categories,
+        seq,
+        enabled,
+        planner_visible,
+        planner_rank,
+        input_schema,
+        examples,
+        sensitive,
+        runner,
+        includes,
+        asks,
+        route_reply,
+        path,
+        // Derived from `content`, and where the fields sit in the file: not stored.
+        parsed: _,
+        spans: _,
+    } = row;
+    let mut h = Sha256::new();
+    // Each value with its length first, so no two rows' fields run into the same bytes.
+    let mut text = |s: &str| {
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    for s in [
+        key.as_str(),
+        kind.as_str(),
+        target,
+        auth,
+        content,
+        category,
+        runner,
+    ] {
+        text(s);
+    }
+    for list in [allowed_categories, examples, includes, asks] {
+        text(&list.len().to_string());
+        for s in list {
+            text(s);
+        }
+    }
+    text(&path.to_string_lossy());
+    text(
+        &input_schema
+            .as_ref()
+            .map_or_else(|| "-".into(), |v| format!("+{v}")),
+    );
+    text(&format!(
+        "{seq:?} {enabled} {planner_visible} {planner_rank} {sensitive} {route_reply}"
+    ));
+    h.finalize().into()
+}
+
 /// One row and its history.
 fn insert_row(
     tx: &rusqlite::Transaction,
