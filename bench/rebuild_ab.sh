@@ -2,7 +2,8 @@
 # A/B two capdir binaries on the one-row rebuild, side by side in one run: one generated
 # catalogue, one site; each round edits one row, commits, and lets one binary change the site
 # in place, taking turns, so the machine's noise falls on both alike. Prints each rebuild's
-# wall time and its open/apply/pages steps (RUST_LOG=info), then the medians.
+# wall time, the CPU it used (user + system) and its open/apply/pages steps (RUST_LOG=info),
+# then the medians.
 #   bench/rebuild_ab.sh OLD_BINARY NEW_BINARY [ROWS] [ROUNDS]   (default 10000 rows, 5 rounds)
 #   BENCH_OUT=DIR   where the catalogue lives (default /dev/shm/capdir-rebuild: tmpfs, as
 #                   bench/build.sh's figures against Hugo)
@@ -19,25 +20,26 @@ trap 'rm -rf "$site"' EXIT
 file=$(find "$dir/catalogue" -name '*.yaml' -print -quit)
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 step() { grep -oP "^  $1 +\K[0-9.]+" "$2"; }
-declare -A took
-echo "| round | binary | rebuild s | open ms | apply ms | pages ms |"
-echo "|---|---|---|---|---|---|"
+declare -A took cpu
+echo "| round | binary | rebuild s | CPU s | open ms | apply ms | pages ms |"
+echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do
   for side in old new; do
     bin="${!side}"
     sed -i "s/^\(  # OUTPUT: .*\)\( (edit [0-9a-z-]*)\)\?$/\1 (edit $r-$side)/" "$file"
     git -C "$dir" -c user.name=B -c user.email=b@example.com commit -qam "edit $r $side"
-    log="$(mktemp)"
+    log="$(mktemp)" times="$(mktemp)"
     start=$(date +%s.%N)
-    (cd "$dir" && RUST_LOG=info "$bin" build catalogue --out "$site") >"$log" 2>&1
+    (cd "$dir" && RUST_LOG=info /usr/bin/time -o "$times" -f "%U %S" "$bin" build catalogue --out "$site") >"$log" 2>&1
     s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.3f}')")
+    c=$(awk '{printf "%.2f", $1 + $2}' "$times")
     grep -q "^changed 1 rows of .* in place" "$log" || { echo "$side did not change the site in place:"; cat "$log"; exit 1; }
-    echo "| $r | $side | $s | $(step open "$log") | $(step apply "$log") | $(step pages "$log") |"
-    took[$side]+="$s "
-    rm -f "$log"
+    echo "| $r | $side | $s | $c | $(step open "$log") | $(step apply "$log") | $(step pages "$log") |"
+    took[$side]+="$s " cpu[$side]+="$c "
+    rm -f "$log" "$times"
   done
 done
 echo
 for side in old new; do
-  echo "median $side: $(printf '%s\n' ${took[$side]} | median) s"
+  echo "median $side: $(printf '%s\n' ${took[$side]} | median) s, CPU $(printf '%s\n' ${cpu[$side]} | median) s"
 done
