@@ -69,8 +69,9 @@ impl Clean {
     }
 
     /// The clean files of `checked`, the gate's verdict on `files` (`digests[i]` is the digest
-    /// of `files[i]`): a file is clean when it made a row and no diagnostic names it.
-    pub fn of(files: &[SourceFile], digests: &[Digest], checked: &Checked) -> Clean {
+    /// of `files[i]`): a file is clean when it made a row and no diagnostic names it. The
+    /// entries of `kept` (files the gate took as checked) carry over as they are.
+    pub fn of(files: &[SourceFile], digests: &[Digest], checked: &Checked, kept: &Clean) -> Clean {
         let named: HashSet<&Path> = checked.diags.iter().map(|d| d.path.as_path()).collect();
         let rows: HashMap<&Path, &Row> =
             checked.rows.iter().map(|r| (r.path.as_path(), r)).collect();
@@ -79,11 +80,12 @@ impl Clean {
             .zip(digests)
             .filter(|(f, _)| !named.contains(f.path.as_path()))
             .filter_map(|(f, digest)| {
+                let name = f.file_name();
+                if let Some(entry) = kept.files.get(name).filter(|(b, _)| b == digest) {
+                    return Some((name.to_string(), *entry));
+                }
                 let row = rows.get(f.path.as_path())?;
-                Some((
-                    f.file_name().to_string(),
-                    (*digest, snapshot::column_digest(row)),
-                ))
+                Some((name.to_string(), (*digest, snapshot::column_digest(row))))
             })
             .collect();
         Clean { files }
@@ -103,6 +105,15 @@ impl Clean {
             spans: crate::row::Spans::of(text),
             ..row.clone()
         })
+    }
+
+    /// The entries of the files `names`.
+    pub fn only(&self, names: &[String]) -> Clean {
+        let files = names
+            .iter()
+            .filter_map(|n| Some((n.clone(), *self.files.get(n)?)))
+            .collect();
+        Clean { files }
     }
 
     pub fn len(&self) -> usize {
@@ -138,7 +149,7 @@ mod tests {
         let checked = crate::check::check_files(&files);
         assert!(checked.diags.iter().any(|d| d.path.ends_with("BAD.yaml")));
         let digests: Vec<Digest> = files.iter().map(bytes_digest).collect();
-        let clean = Clean::of(&files, &digests, &checked);
+        let clean = Clean::of(&files, &digests, &checked, &Clean::default());
         assert_eq!(clean.len(), 1, "only the clean file: {clean:?}");
 
         let row = checked.rows.iter().find(|r| r.key == "ECHO_ME").unwrap();

@@ -165,43 +165,6 @@ pub struct Built {
     pub across: Option<Vec<crate::row::diag::Diagnostic>>,
 }
 
-/// What a site holds of its own build, read while the catalogue is read ([`Built::open`]).
-struct SiteState {
-    snap: snapshot::Snapshot,
-    /// The files its last gate found clean.
-    clean: Clean,
-    extras: snapshot::Built,
-    history: History,
-    /// `Ok(None)`: the index cannot be changed row by row.
-    index: Result<Option<IndexState>>,
-    tera: Result<tera::Tera>,
-}
-
-impl SiteState {
-    /// `None` when the snapshot does not read.
-    fn read(opts: &Options) -> Option<SiteState> {
-        let path = opts.out.join("catalogue.sqlite");
-        let (Ok(snap), Ok(extras)) = (snapshot::open(&path), snapshot::built(&path)) else {
-            return None;
-        };
-        let history = history::read_cached(
-            &opts.catalogue,
-            Some(&opts.out.join(HISTORY_CACHE)),
-            crate::cores(),
-            None,
-        );
-        let index = IndexState::read(&opts.out.join("index"), &snap.rows);
-        Some(SiteState {
-            snap,
-            clean: Clean::read(&opts.out),
-            extras,
-            history,
-            index,
-            tera: site::tera(),
-        })
-    }
-}
-
 impl std::fmt::Debug for Built {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Built")
@@ -227,38 +190,51 @@ impl Built {
             }
             None => return Ok(Opened::Full("no site built by this capdir yet".into())),
         }
-        // The catalogue's files are read on this thread while the site's own state is read on
-        // another (snapshot, history, index and templates: 190 ms at 10,000 rows); then the
-        // gate runs, taking the files the site's last gate found clean, byte for byte, as it
-        // found them (`checked`): the rules of one file ran 210 ms of a one-row rebuild's
-        // opening. What each finds is looked at in the order it was found in before.
-        let (files, site) = std::thread::scope(|s| {
-            let site = s.spawn(|| SiteState::read(opts));
+        // Three reads side by side: the catalogue's files (and their digests), the snapshot,
+        // and the history with the templates and the site's list of clean files. Then two: the
+        // gate, which takes the files the site's last gate found clean, byte for byte, as it
+        // found them (`checked`), and the search index; both need the snapshot's rows. At
+        // 10,000 rows the opening ran each of these one after the other on one core while the
+        // gate's rules of one file (210 ms) ran on the other. What each finds is looked at in
+        // the order it was found in before: the gate decides first.
+        let snapshot_path = out.join("catalogue.sqlite");
+        let panicked = |what: &str| BuildError::Other(anyhow::anyhow!("reading {what} panicked"));
+        let (files, snap, rest) = std::thread::scope(|s| {
+            let snap = s.spawn(|| {
+                Some((
+                    snapshot::open(&snapshot_path).ok()?,
+                    snapshot::built(&snapshot_path).ok()?,
+                ))
+            });
+            let rest = s.spawn(|| {
+                let history = history::read_cached(
+                    &opts.catalogue,
+                    Some(&opts.out.join(HISTORY_CACHE)),
+                    crate::cores(),
+                    None,
+                );
+                (history, site::tera(), Clean::read(out))
+            });
             let files = super::read_files(&opts.catalogue);
-            (files, site.join())
+            (files, snap.join(), rest.join())
         });
-        let Ok(site) = site else {
-            return Err(BuildError::Other(anyhow::anyhow!(
-                "reading the site panicked"
-            )));
-        };
-        let Some(SiteState {
-            snap,
-            clean,
-            extras,
-            history,
-            index,
-            tera,
-        }) = site
-        else {
+        let (history, tera, clean) = rest.map_err(|_| panicked("the history"))?;
+        let Some((snap, extras)) = snap.map_err(|_| panicked("the snapshot"))? else {
             return Ok(Opened::Full("the site's snapshot does not read".into()));
         };
         let (files, digests) = files?;
+        let (gated, index) = std::thread::scope(|s| {
+            let index = s.spawn(|| IndexState::read(&out.join("index"), &snap.rows));
+            let gated = super::gate(&files, &digests, Some((&clean, &snap.rows)));
+            (gated, index.join())
+        });
+        drop(files);
         let super::Gated {
             checked,
             clean,
             reused,
-        } = super::gate(&files, &digests, Some((&clean, &snap.rows)))?;
+        } = gated?;
+        let index = index.map_err(|_| panicked("the index"))?;
         if super::site_bindings(out) != checked.bindings {
             return Ok(Opened::Full("the credential bindings changed".into()));
         }
@@ -271,20 +247,21 @@ impl Built {
             ));
         };
         let urls = made.urls();
-        let now: BTreeMap<String, Row> = checked
+        let mut now: BTreeMap<String, Row> = checked
             .rows
             .into_iter()
             .map(|r| (r.key.clone(), r))
             .collect();
+        let live: std::collections::HashSet<String> = now.keys().cloned().collect();
         let mut rows: BTreeMap<String, Arc<Row>> = BTreeMap::new();
         let mut delta = Delta::default();
         for old in snap.rows {
-            let Some(new) = now.get(&old.key) else {
+            let Some(new) = now.remove(&old.key) else {
                 delta.removed.push(old.key.clone());
                 rows.insert(old.key.clone(), Arc::new(old));
                 continue;
             };
-            let file = file_name(new);
+            let file = file_name(&new);
             let shas: Vec<&str> = history
                 .of(file)
                 .iter()
@@ -295,21 +272,18 @@ impl Built {
                 .get(&old.key)
                 .map(|v| v.iter().map(String::as_str).collect())
                 .unwrap_or_default();
-            if !snapshot::same_columns(new, &old) || shas != built_shas {
-                delta.upserts.push(new.clone());
+            let changed = !snapshot::same_columns(&new, &old) || shas != built_shas;
+            if changed {
+                delta.upserts.push(new);
                 rows.insert(old.key.clone(), Arc::new(old));
             } else {
                 // Unchanged: the parsed row, which knows where its fields are.
-                rows.insert(old.key.clone(), Arc::new(new.clone()));
+                rows.insert(old.key, Arc::new(new));
             }
         }
-        for (key, new) in &now {
-            if !rows.contains_key(key) {
-                delta.upserts.push(new.clone());
-            }
-        }
+        // Rows the site does not have yet.
+        delta.upserts.extend(now.into_values());
         // Tombstones the history gives now, against those the site holds.
-        let live: Vec<Row> = now.into_values().collect();
         let tombs: BTreeMap<String, Tombstone> = tombstones(&history, &live, &urls)
             .into_iter()
             .map(|t| (t.key.clone(), t))
@@ -323,7 +297,7 @@ impl Built {
         if extras
             .removals
             .keys()
-            .any(|k| !tombs.contains_key(k) && !live.iter().any(|r| r.key == *k))
+            .any(|k| !tombs.contains_key(k) && !live.contains(k))
         {
             return Ok(Opened::Full(
                 "a tombstone of the site is in the history no more".into(),
@@ -886,6 +860,13 @@ pub fn build(opts: &Options) -> Result<Option<Updated>, BuildError> {
 /// [`build`], keeping the site it changed open for more changes.
 pub fn catch_up(opts: &Options) -> Result<Option<(Built, Updated)>, BuildError> {
     let started = Instant::now();
+    // The word vectors a changed row is weighed with are decoded (40 ms, most of it the
+    // tokenizer's JSON) while the site is opened, in the moments the opening leaves a core
+    // idle, rather than in the middle of applying the change. A rebuild that changes nothing
+    // does not wait for it.
+    std::thread::spawn(|| {
+        let _ = crate::search::semantic::model();
+    });
     let (mut built, delta) = match Built::open(opts)? {
         Opened::Ready(b, d) => (*b, d),
         Opened::Full(why) => {

@@ -172,7 +172,8 @@ pub(crate) fn gate(
     digests: &[checked::Digest],
     before: Option<(&checked::Clean, &[Row])>,
 ) -> Result<Gated, BuildError> {
-    let reused = std::sync::atomic::AtomicUsize::new(0);
+    // The files taken as checked: their entries of the list carry over.
+    let reused = std::sync::Mutex::new(Vec::new());
     let checked = match before {
         None => check_files(files),
         Some((clean, rows)) => {
@@ -191,7 +192,10 @@ pub(crate) fn gate(
                     digest_of.get(file.path.as_path())?,
                     row_of.get(file.file_name()).copied(),
                 )?;
-                reused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                reused
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(file.file_name().to_string());
                 Some(row)
             })
         }
@@ -203,11 +207,15 @@ pub(crate) fn gate(
             Format::Text,
         )));
     }
-    let clean = checked::Clean::of(files, digests, &checked);
+    let reused = reused.into_inner().unwrap_or_else(|p| p.into_inner());
+    let kept = before
+        .map(|(clean, _)| clean.only(&reused))
+        .unwrap_or_default();
+    let clean = checked::Clean::of(files, digests, &checked, &kept);
     Ok(Gated {
         checked,
         clean,
-        reused: reused.into_inner(),
+        reused: reused.len(),
     })
 }
 
@@ -233,8 +241,11 @@ pub fn site_bindings(site: &Path) -> crate::row::binding::Bindings {
 }
 
 /// Tombstones for row files the history saw deleted and the catalogue no longer has.
-pub fn tombstones(history: &History, rows: &[Row], urls: &Urls) -> Vec<Tombstone> {
-    let live: std::collections::HashSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+pub fn tombstones(
+    history: &History,
+    live: &std::collections::HashSet<String>,
+    urls: &Urls,
+) -> Vec<Tombstone> {
     history
         .files
         .iter()
@@ -352,7 +363,8 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             ),
         )?;
         info.history_partial = history.partial;
-        let tombs = tombstones(&history, &all_rows, &urls);
+        let live = all_rows.iter().map(|r| r.key.clone()).collect();
+        let tombs = tombstones(&history, &live, &urls);
 
         let common = Common {
             site: SiteMeta::default_for(&counts),
