@@ -163,65 +163,35 @@ pub fn columns(r: &Row) -> Vec<rusqlite::types::Value> {
     ]
 }
 
-/// Whether `a` and `b` make the same directory row (equal [`columns`]), compared in place: a
-/// rebuild compares every row of the catalogue with the snapshot's, and building the columns
-/// of both (twenty values each, most of them copied strings) took 60 ms of a one-row rebuild
-/// at 10,000 rows. Every field of `Row` is named below, so a field added to rows must be
-/// placed here (and in `columns`) or left out on purpose.
-pub fn same_columns(a: &Row, b: &Row) -> bool {
-    let Row {
-        key,
-        kind,
-        target,
-        auth,
-        content,
-        category,
-        allowed_categories,
-        seq,
-        enabled,
-        planner_visible,
-        planner_rank,
-        input_schema,
-        examples,
-        sensitive,
-        runner,
-        includes,
-        asks,
-        route_reply,
-        path,
-        // Derived from `content`, and where the fields sit in the file: not stored.
-        parsed: _,
-        spans: _,
-    } = a;
-    // The schema as stored: its text, whose key order a value comparison would ignore.
-    let schema_text = |s: &Option<serde_json::Value>| s.as_ref().map(|v| v.to_string());
-    *key == b.key
-        && *kind == b.kind
-        && *target == b.target
-        && *auth == b.auth
-        && *content == b.content
-        && *category == b.category
-        && *allowed_categories == b.allowed_categories
-        && *seq == b.seq
-        && *enabled == b.enabled
-        && *planner_visible == b.planner_visible
-        && *planner_rank == b.planner_rank
-        && *examples == b.examples
-        && *sensitive == b.sensitive
-        && *runner == b.runner
-        && *includes == b.includes
-        && *asks == b.asks
-        && *route_reply == b.route_reply
-        && path.as_os_str() == b.path.as_os_str()
-        && (input_schema.is_none() && b.input_schema.is_none()
-            || schema_text(input_schema) == schema_text(&b.input_schema))
+/// The columns a row is stored with, borrowed from it: every field of `Row` but those derived
+/// from its file. [`same_columns`] compares them and [`column_digest`] hashes them. Every field
+/// of `Row` is named in [`stored`], so a field added to rows must be placed here (and in
+/// `columns`) or left out on purpose.
+#[derive(PartialEq)]
+struct Stored<'a> {
+    key: &'a str,
+    kind: RowType,
+    target: &'a str,
+    auth: &'a str,
+    content: &'a str,
+    category: &'a str,
+    allowed_categories: &'a [String],
+    seq: Option<i64>,
+    enabled: bool,
+    planner_visible: bool,
+    planner_rank: i64,
+    examples: &'a [String],
+    sensitive: bool,
+    runner: &'a str,
+    includes: &'a [String],
+    asks: &'a [String],
+    route_reply: bool,
+    path: &'a std::ffi::OsStr,
 }
 
-/// The SHA-256 of the columns [`same_columns`] compares: two rows with the same columns have
-/// the same digest. What `.checked` records of the row the snapshot holds for a clean file
-/// (`build::checked`). Every field of `Row` is named, as in `same_columns`.
-pub fn column_digest(row: &Row) -> [u8; 32] {
-    use sha2::{Digest as _, Sha256};
+/// A row's stored columns, and its input schema (compared by its text, apart: a value
+/// comparison would ignore the key order the snapshot keeps).
+fn stored(row: &Row) -> (Stored<'_>, Option<&serde_json::Value>) {
     let Row {
         key,
         kind,
@@ -246,37 +216,65 @@ pub fn column_digest(row: &Row) -> [u8; 32] {
         parsed: _,
         spans: _,
     } = row;
+    let columns = Stored {
+        key,
+        kind: *kind,
+        target,
+        auth,
+        content,
+        category,
+        allowed_categories,
+        seq: *seq,
+        enabled: *enabled,
+        planner_visible: *planner_visible,
+        planner_rank: *planner_rank,
+        examples,
+        sensitive: *sensitive,
+        runner,
+        includes,
+        asks,
+        route_reply: *route_reply,
+        path: path.as_os_str(),
+    };
+    (columns, input_schema.as_ref())
+}
+
+/// Whether `a` and `b` make the same directory row (equal [`columns`]), compared in place: a
+/// rebuild compares every row of the catalogue with the snapshot's, and building the columns
+/// of both (twenty values each, most of them copied strings) took 60 ms of a one-row rebuild
+/// at 10,000 rows.
+pub fn same_columns(a: &Row, b: &Row) -> bool {
+    let ((a, a_schema), (b, b_schema)) = (stored(a), stored(b));
+    a == b
+        && (a_schema.is_none() && b_schema.is_none()
+            || a_schema.map(ToString::to_string) == b_schema.map(ToString::to_string))
+}
+
+/// The SHA-256 of the columns [`same_columns`] compares: two rows with the same columns have
+/// the same digest. What `.checked` records of the row the snapshot holds for a clean file
+/// (`build::checked`).
+pub fn column_digest(row: &Row) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    let (c, schema) = stored(row);
     let mut h = Sha256::new();
     // Each value with its length first, so no two rows' fields run into the same bytes.
     let mut text = |s: &str| {
         h.update((s.len() as u64).to_le_bytes());
         h.update(s.as_bytes());
     };
-    for s in [
-        key.as_str(),
-        kind.as_str(),
-        target,
-        auth,
-        content,
-        category,
-        runner,
-    ] {
+    let texts = [c.key, c.kind.as_str(), c.target, c.auth, c.content];
+    for s in texts.into_iter().chain([c.category, c.runner]) {
         text(s);
     }
-    for list in [allowed_categories, examples, includes, asks] {
+    for list in [c.allowed_categories, c.examples, c.includes, c.asks] {
         text(&list.len().to_string());
-        for s in list {
-            text(s);
-        }
+        list.iter().for_each(|s| text(s));
     }
-    text(&path.to_string_lossy());
-    text(
-        &input_schema
-            .as_ref()
-            .map_or_else(|| "-".into(), |v| format!("+{v}")),
-    );
+    text(&c.path.to_string_lossy());
+    text(&schema.map_or_else(|| "-".into(), |v| format!("+{v}")));
     text(&format!(
-        "{seq:?} {enabled} {planner_visible} {planner_rank} {sensitive} {route_reply}"
+        "{:?} {} {} {} {} {}",
+        c.seq, c.enabled, c.planner_visible, c.planner_rank, c.sensitive, c.route_reply
     ));
     h.finalize().into()
 }
