@@ -825,86 +825,96 @@ pub fn write_projections(
     categories: &[String],
     prints: &HashMap<String, String>,
 ) -> Result<()> {
-    let mut listed: Vec<&Row> = rows
-        .iter()
-        .copied()
-        .filter(|r| !r.is_test_shaped())
-        .collect();
-    listed.sort_by(|a, b| {
-        crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
-    });
-    let registry: Vec<_> = listed
-        .into_iter()
-        .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
-        .collect();
-    // The lists are moved into their documents (`json!` would copy them).
-    let mut doc = json!({"commit": common.build.commit});
-    doc["rows"] = serde_json::Value::Array(registry);
-    write(
-        &out.join("registry.json"),
-        serde_json::to_string(&doc)? + "\n",
-    )?;
-    write(
-        &out.join("counts.json"),
-        serde_json::to_string_pretty(common.counts)? + "\n",
-    )?;
-    std::fs::create_dir_all(out.join("mcp"))?;
-    let tools: Vec<_> = rows
-        .iter()
-        .filter(|r| r.planner_visible)
-        .map(|r| projection::mcp_tool(r))
-        .collect();
-    let mut doc = json!({});
-    doc["tools"] = serde_json::Value::Array(tools);
-    write(
-        &out.join("mcp/tools.json"),
-        serde_json::to_string_pretty(&doc)? + "\n",
-    )?;
-
-    let mut llms = format!("# {}\n\n> {}\n\n", common.site.title, common.site.summary);
-    match urls.dispatcher.as_deref() {
-        Some(base) => llms.push_str(&format!(
-            "Ask in plain words at {base}/api/dispatch?ask=…, read one contract, invoke by key with POST {base}/api/dispatch. Read the contract; don't infer a row from memory.\n"
-        )),
-        None => llms.push_str(&format!(
-            "This catalogue has no public dispatcher: read the contracts below, and run one with `capdir serve` on this site ({}) to ask and invoke. Read the contract; don't infer a row from memory.\n",
-            urls.site_file("")
-        )),
-    }
-    let mut by_cat: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
-    for r in rows {
-        by_cat
-            .entry(crate::row::category_name(&r.category))
-            .or_default()
-            .push(r);
-    }
-    for (cat, rs) in by_cat {
-        llms.push_str(&format!("\n## {cat}\n\n"));
-        for r in rs {
-            llms.push_str(&projection::llms_line(r, urls));
-            llms.push('\n');
-        }
-    }
-    write(&out.join("llms.txt"), llms)?;
-
-    let mut sitemap = String::from(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n",
-    );
-    let mut url = |path: &str| {
-        sitemap.push_str(&format!(
-            "  <url><loc>{}</loc></url>\n",
-            xml_escape(&urls.site_file(path))
-        ))
+    // The MCP tools (the largest of these files: every row's schema, pretty-printed) are
+    // written on a thread of their own, beside the rest.
+    let tools = || -> Result<()> {
+        std::fs::create_dir_all(out.join("mcp"))?;
+        let tools: Vec<_> = rows
+            .iter()
+            .filter(|r| r.planner_visible)
+            .map(|r| projection::mcp_tool(r))
+            .collect();
+        let mut doc = json!({});
+        doc["tools"] = serde_json::Value::Array(tools);
+        write(
+            &out.join("mcp/tools.json"),
+            serde_json::to_string_pretty(&doc)? + "\n",
+        )
     };
-    url("index.html");
-    for c in categories {
-        url(&format!("c/{c}.html"));
-    }
-    for r in rows {
-        url(&format!("k/{}.html", r.key));
-    }
-    sitemap.push_str("</urlset>\n");
-    write(&out.join("sitemap.xml"), sitemap)
+    std::thread::scope(|s| -> Result<()> {
+        let tools = s.spawn(tools);
+        let mut listed: Vec<&Row> = rows
+            .iter()
+            .copied()
+            .filter(|r| !r.is_test_shaped())
+            .collect();
+        listed.sort_by(|a, b| {
+            crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
+        });
+        let registry: Vec<_> = listed
+            .into_iter()
+            .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
+            .collect();
+        // The lists are moved into their documents (`json!` would copy them).
+        let mut doc = json!({"commit": common.build.commit});
+        doc["rows"] = serde_json::Value::Array(registry);
+        write(
+            &out.join("registry.json"),
+            serde_json::to_string(&doc)? + "\n",
+        )?;
+        write(
+            &out.join("counts.json"),
+            serde_json::to_string_pretty(common.counts)? + "\n",
+        )?;
+
+        let mut llms = format!("# {}\n\n> {}\n\n", common.site.title, common.site.summary);
+        match urls.dispatcher.as_deref() {
+            Some(base) => llms.push_str(&format!(
+                "Ask in plain words at {base}/api/dispatch?ask=…, read one contract, invoke by key with POST {base}/api/dispatch. Read the contract; don't infer a row from memory.\n"
+            )),
+            None => llms.push_str(&format!(
+                "This catalogue has no public dispatcher: read the contracts below, and run one with `capdir serve` on this site ({}) to ask and invoke. Read the contract; don't infer a row from memory.\n",
+                urls.site_file("")
+            )),
+        }
+        let mut by_cat: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+        for r in rows {
+            by_cat
+                .entry(crate::row::category_name(&r.category))
+                .or_default()
+                .push(r);
+        }
+        for (cat, rs) in by_cat {
+            llms.push_str(&format!("\n## {cat}\n\n"));
+            for r in rs {
+                llms.push_str(&projection::llms_line(r, urls));
+                llms.push('\n');
+            }
+        }
+        write(&out.join("llms.txt"), llms)?;
+
+        let mut sitemap = String::from(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n",
+        );
+        let mut url = |path: &str| {
+            sitemap.push_str(&format!(
+                "  <url><loc>{}</loc></url>\n",
+                xml_escape(&urls.site_file(path))
+            ))
+        };
+        url("index.html");
+        for c in categories {
+            url(&format!("c/{c}.html"));
+        }
+        for r in rows {
+            url(&format!("k/{}.html", r.key));
+        }
+        sitemap.push_str("</urlset>\n");
+        write(&out.join("sitemap.xml"), sitemap)?;
+        tools
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("writing the MCP tools panicked")))
+    })
 }
 
 fn xml_escape(s: &str) -> String {
