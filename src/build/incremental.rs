@@ -154,6 +154,8 @@ pub struct Built {
     tera: tera::Tera,
     /// The files of the catalogue the gate found clean when the site was opened.
     clean: Clean,
+    /// Whether that list differs from the one the site holds.
+    clean_changed: bool,
     /// How many of them it took as checked before (`build::checked`).
     reused: usize,
     /// Files changed since the manifest was last written, relative to the site.
@@ -231,9 +233,10 @@ impl Built {
         drop(files);
         let super::Gated {
             checked,
-            clean,
+            clean: clean_now,
             reused,
         } = gated?;
+        let clean_changed = clean_now != clean;
         let index = index.map_err(|_| panicked("the index"))?;
         if super::site_bindings(out) != checked.bindings {
             return Ok(Opened::Full("the credential bindings changed".into()));
@@ -284,7 +287,7 @@ impl Built {
         // Rows the site does not have yet.
         delta.upserts.extend(now.into_values());
         // Tombstones the history gives now, against those the site holds.
-        let tombs: BTreeMap<String, Tombstone> = tombstones(&history, &live, &urls)
+        let tombs: BTreeMap<String, Tombstone> = tombstones(&history, |k| live.contains(k), &urls)
             .into_iter()
             .map(|t| (t.key.clone(), t))
             .collect();
@@ -321,7 +324,8 @@ impl Built {
             info: snap.info,
             tombstones: tombs,
             tera: tera?,
-            clean,
+            clean: clean_now,
+            clean_changed,
             reused,
             touched: BTreeSet::new(),
             stale: StaleCategories::default(),
@@ -890,7 +894,9 @@ pub fn catch_up(opts: &Options) -> Result<Option<(Built, Updated)>, BuildError> 
     let same_commit = head.as_ref().is_none_or(|h| h.sha == built.commit());
     if delta.is_empty() && same_commit {
         // A site made before the list, or one whose list went stale, gets it now.
-        built.clean.write(&built.out)?;
+        if built.clean_changed {
+            built.clean.write(&built.out)?;
+        }
         return Ok(Some((built, Updated { changed, steps })));
     }
     let clock = Instant::now();

@@ -241,9 +241,10 @@ pub fn site_bindings(site: &Path) -> crate::row::binding::Bindings {
 }
 
 /// Tombstones for row files the history saw deleted and the catalogue no longer has.
+/// `is_live` says whether the catalogue has a row of a key.
 pub fn tombstones(
     history: &History,
-    live: &std::collections::HashSet<String>,
+    is_live: impl Fn(&str) -> bool,
     urls: &Urls,
 ) -> Vec<Tombstone> {
     history
@@ -252,7 +253,7 @@ pub fn tombstones(
         .filter(|(file, _)| file.as_str() != crate::row::binding::FILE)
         .filter_map(|(file, changes)| {
             let key = Path::new(file).file_stem()?.to_str()?;
-            if live.contains(key) {
+            if is_live(key) {
                 return None;
             }
             Tombstone::from_history(key, changes, urls)
@@ -363,8 +364,9 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             ),
         )?;
         info.history_partial = history.partial;
-        let live = all_rows.iter().map(|r| r.key.clone()).collect();
-        let tombs = tombstones(&history, &live, &urls);
+        let live: std::collections::HashSet<&str> =
+            all_rows.iter().map(|r| r.key.as_str()).collect();
+        let tombs = tombstones(&history, |k| live.contains(k), &urls);
 
         let common = Common {
             site: SiteMeta::default_for(&counts),
