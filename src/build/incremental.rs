@@ -745,6 +745,7 @@ impl Pages {
             manifest::write(&self.out, &self.info.commit, None, &[])?;
             return Ok(started.elapsed());
         }
+        let before = manifest::Manifest::read(&self.out);
         // The index directory's files changed as a whole: list what is there now, and what
         // the manifest had there.
         if touched.remove("index/") {
@@ -755,16 +756,16 @@ impl Pages {
                     }
                 }
             }
-            if let Some(m) = manifest::Manifest::read(&self.out) {
+            if let Some(m) = &before {
                 touched.extend(
                     m.files
-                        .into_iter()
-                        .map(|e| e.path)
-                        .filter(|p| p.starts_with("index/")),
+                        .iter()
+                        .filter(|e| e.path.starts_with("index/"))
+                        .map(|e| e.path.clone()),
                 );
             }
         }
-        manifest::update(&self.out, &self.info.commit, &touched)?;
+        manifest::update_from(&self.out, &self.info.commit, &touched, before)?;
         Ok(started.elapsed())
     }
 

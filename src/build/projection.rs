@@ -5,19 +5,33 @@ use crate::build::contract::Contract;
 use crate::row::Row;
 use crate::row::call::needed_args;
 use crate::row::urls::Urls;
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Value as Json, json};
 
 /// A row's registry entry: enough to pick it, with a pointer to its contract on the site.
-pub fn registry_entry(row: &Row, urls: &Urls, fingerprint: &str) -> Json {
-    json!({
-        "key": row.key,
-        "type": row.kind.as_str(),
-        "category": row.category,
-        "what": row.what(),
-        "risk": if row.sensitive { "high" } else { "low" },
-        "fingerprint": fingerprint,
-        "contract": urls.site_file(&format!("k/{}.md", row.key)),
-    })
+#[derive(Serialize)]
+pub struct RegistryEntry<'a> {
+    key: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    category: &'a str,
+    what: &'a str,
+    risk: &'static str,
+    fingerprint: &'a str,
+    contract: String,
+}
+
+pub fn registry_entry<'a>(row: &'a Row, urls: &Urls, fingerprint: &'a str) -> RegistryEntry<'a> {
+    RegistryEntry {
+        key: &row.key,
+        kind: row.kind.as_str(),
+        category: &row.category,
+        what: row.what(),
+        risk: if row.sensitive { "high" } else { "low" },
+        fingerprint,
+        contract: urls.site_file(&format!("k/{}.md", row.key)),
+    }
 }
 
 /// The argument of every MCP tool that names the failed call it repairs.
@@ -41,8 +55,7 @@ pub fn tool_arguments(row: &Row) -> Json {
             "type": "object",
             "properties": {"body": {
                 "type": "string",
-                "description": format!("Arguments as one string, pieces split on `|`. {}", row.doc().args.as_deref().unwrap_or(""))
-                    .trim_end().to_string(),
+                "description": body_description(row),
             }},
         });
         // A row whose template has `$1` cannot run without a body; say so in the schema.
@@ -53,34 +66,157 @@ pub fn tool_arguments(row: &Row) -> Json {
     })
 }
 
+/// How the single `body` argument of a row without an input schema is described.
+fn body_description(row: &Row) -> String {
+    format!(
+        "Arguments as one string, pieces split on `|`. {}",
+        row.doc().args.as_deref().unwrap_or("")
+    )
+    .trim_end()
+    .to_string()
+}
+
 /// The MCP tool for a row: name = key, description = WHAT and WHEN_TO_USE, the input schema
 /// (or a single `body` string described by the ARGS line), and behaviour hints.
 pub fn mcp_tool(row: &Row) -> Json {
-    let description = tool_description(row);
-    // Any call may repair a failed one; a row's own `repairs` argument, if it has one, wins.
-    let mut input_schema = tool_arguments(row);
-    if let Some(props) = input_schema
-        .get_mut("properties")
-        .and_then(Json::as_object_mut)
-        .filter(|p| !p.contains_key(REPAIRS))
-    {
-        props.insert(
-            REPAIRS.into(),
-            json!({"type": "string", "description": "Optional: the receipt id (inv_…) of a failed call this one corrects."}),
-        );
+    // A struct of strings, bools and JSON: it has no map with other keys than strings.
+    serde_json::to_value(McpTool::of(row)).unwrap_or_default()
+}
+
+/// A row's MCP tool, serialized straight from the row: `mcp/tools.json` holds one per row
+/// and a rebuild writes it whole, so no JSON tree is made (and dropped) for each.
+#[derive(Serialize)]
+pub struct McpTool<'a> {
+    name: &'a str,
+    title: String,
+    description: String,
+    #[serde(rename = "inputSchema")]
+    input_schema: ToolSchema<'a>,
+    annotations: Annotations,
+}
+
+#[derive(Serialize)]
+struct Annotations {
+    #[serde(rename = "readOnlyHint")]
+    read_only: bool,
+    #[serde(rename = "destructiveHint")]
+    destructive: bool,
+    #[serde(rename = "openWorldHint")]
+    open_world: bool,
+}
+
+impl<'a> McpTool<'a> {
+    pub fn of(row: &'a Row) -> McpTool<'a> {
+        let read_only = Contract::read_only(row);
+        McpTool {
+            name: &row.key,
+            title: row.key.replace('_', " ").to_lowercase(),
+            description: tool_description(row),
+            input_schema: match &row.input_schema {
+                Some(schema) => ToolSchema::Row(schema),
+                None => ToolSchema::Body {
+                    description: body_description(row),
+                    required: needed_args(row) > 0,
+                },
+            },
+            annotations: Annotations {
+                read_only,
+                destructive: !read_only && row.sensitive,
+                open_world: matches!(
+                    row.kind,
+                    crate::row::RowType::Http | crate::row::RowType::Agent
+                ),
+            },
+        }
     }
-    let read_only = Contract::read_only(row);
-    json!({
-        "name": row.key,
-        "title": row.key.replace('_', " ").to_lowercase(),
-        "description": description,
-        "inputSchema": input_schema,
-        "annotations": {
-            "readOnlyHint": read_only,
-            "destructiveHint": !read_only && row.sensitive,
-            "openWorldHint": matches!(row.kind, crate::row::RowType::Http | crate::row::RowType::Agent),
-        },
-    })
+}
+
+/// A tool's input schema: [`tool_arguments`] with the `repairs` argument added to its
+/// properties (any call may repair a failed one; a row's own `repairs` argument wins).
+enum ToolSchema<'a> {
+    Row(&'a Json),
+    Body { description: String, required: bool },
+}
+
+/// The schema of the `repairs` argument every tool takes.
+#[derive(Serialize)]
+struct RepairsArgument {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    description: &'static str,
+}
+
+const REPAIRS_ARGUMENT: RepairsArgument = RepairsArgument {
+    kind: "string",
+    description: "Optional: the receipt id (inv_…) of a failed call this one corrects.",
+};
+
+impl Serialize for ToolSchema<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ToolSchema::Row(Json::Object(schema)) => {
+                let mut map = s.serialize_map(Some(schema.len()))?;
+                for (k, v) in schema {
+                    match v {
+                        Json::Object(props)
+                            if k == "properties" && !props.contains_key(REPAIRS) =>
+                        {
+                            map.serialize_entry(k, &WithRepairs(props))?
+                        }
+                        _ => map.serialize_entry(k, v)?,
+                    }
+                }
+                map.end()
+            }
+            ToolSchema::Row(other) => other.serialize(s),
+            ToolSchema::Body {
+                description,
+                required,
+            } => {
+                #[derive(Serialize)]
+                struct Body<'d> {
+                    #[serde(rename = "type")]
+                    kind: &'static str,
+                    description: &'d str,
+                }
+                #[derive(Serialize)]
+                struct Properties<'d> {
+                    body: Body<'d>,
+                    repairs: RepairsArgument,
+                }
+                let mut map = s.serialize_map(Some(2 + usize::from(*required)))?;
+                map.serialize_entry("type", "object")?;
+                map.serialize_entry(
+                    "properties",
+                    &Properties {
+                        body: Body {
+                            kind: "string",
+                            description,
+                        },
+                        repairs: REPAIRS_ARGUMENT,
+                    },
+                )?;
+                if *required {
+                    map.serialize_entry("required", &["body"])?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+/// A schema's properties and the `repairs` argument after them.
+struct WithRepairs<'a>(&'a serde_json::Map<String, Json>);
+
+impl Serialize for WithRepairs<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len() + 1))?;
+        for (k, v) in self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.serialize_entry(REPAIRS, &REPAIRS_ARGUMENT)?;
+        map.end()
+    }
 }
 
 /// The llms.txt line of a row: its contract on the site.
@@ -91,4 +227,83 @@ pub fn llms_line(row: &Row, urls: &Urls) -> String {
         urls.site_file(&format!("k/{}.md", row.key)),
         row.what()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::row::{catalogue, parse_row};
+    use std::path::Path;
+
+    /// The tool as a JSON tree, built the way `mcp_tool` built it before [`McpTool`]: the
+    /// typed serialization must write the same bytes.
+    fn as_tree(row: &Row) -> Json {
+        let mut input_schema = tool_arguments(row);
+        if let Some(props) = input_schema
+            .get_mut("properties")
+            .and_then(Json::as_object_mut)
+            .filter(|p| !p.contains_key(REPAIRS))
+        {
+            props.insert(
+                REPAIRS.into(),
+                json!({"type": "string", "description": "Optional: the receipt id (inv_…) of a failed call this one corrects."}),
+            );
+        }
+        let read_only = Contract::read_only(row);
+        json!({
+            "name": row.key,
+            "title": row.key.replace('_', " ").to_lowercase(),
+            "description": tool_description(row),
+            "inputSchema": input_schema,
+            "annotations": {
+                "readOnlyHint": read_only,
+                "destructiveHint": !read_only && row.sensitive,
+                "openWorldHint": matches!(row.kind, crate::row::RowType::Http | crate::row::RowType::Agent),
+            },
+        })
+    }
+
+    #[test]
+    fn a_tool_is_written_as_its_json_tree_would_be() {
+        let files = catalogue::read_dir(Path::new("catalogue")).expect("the bundled catalogue");
+        let rows: Vec<Row> = files
+            .iter()
+            .filter_map(|f| parse_row(&f.path, &f.bytes).row)
+            .collect();
+        assert!(rows.len() > 20, "{} rows", rows.len());
+        let mut variants = Vec::new();
+        for row in &rows {
+            variants.push(row.clone());
+            // Each shape of schema a row may give: none, one whose properties already name
+            // `repairs`, one without properties, one with properties that are not a map, and
+            // one that is not a map at all.
+            for schema in [
+                None,
+                Some(
+                    json!({"type": "object", "properties": {"repairs": {"type": "integer"}, "a": {}}}),
+                ),
+                Some(json!({"type": "object", "required": ["a"]})),
+                Some(json!({"properties": [1, 2], "type": "object"})),
+                Some(json!(true)),
+            ] {
+                let mut r = row.clone();
+                r.input_schema = schema;
+                variants.push(r);
+            }
+        }
+        let mut bodies = [0, 0];
+        for row in &variants {
+            if row.input_schema.is_none() {
+                bodies[usize::from(needed_args(row) > 0)] += 1;
+            }
+            let typed = serde_json::to_string_pretty(&McpTool::of(row)).expect("serializes");
+            let tree = serde_json::to_string_pretty(&as_tree(row)).expect("serializes");
+            assert_eq!(typed, tree, "{}", row.key);
+            assert_eq!(mcp_tool(row), as_tree(row), "{}", row.key);
+        }
+        assert!(
+            bodies[0] > 0 && bodies[1] > 0,
+            "both kinds of body: {bodies:?}"
+        );
+    }
 }

@@ -161,6 +161,19 @@ fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
+/// A projection's JSON and a newline, into a buffer sized for `rows` rows at once (the
+/// largest are megabytes: grown by doubling, each copy touched fresh memory).
+fn json_bytes(doc: &impl Serialize, pretty: bool, rows: usize) -> Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(rows.saturating_mul(1024).max(4096));
+    if pretty {
+        serde_json::to_writer_pretty(&mut bytes, doc)?;
+    } else {
+        serde_json::to_writer(&mut bytes, doc)?;
+    }
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
 /// A string as one POSIX shell word in single quotes.
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -598,6 +611,28 @@ struct Category<'a> {
     rows: Vec<&'a Listing>,
 }
 
+/// A category as the index page names it: its name and how many rows it has. The index and
+/// search pages are written again on every rebuild; their contexts carry only what they show
+/// (a context is a JSON tree made of every field it is given, for every row).
+#[derive(Serialize)]
+struct CategoryCount<'a> {
+    name: &'a str,
+    count: usize,
+}
+
+/// A category as the search page lists it: each row's key and WHAT.
+#[derive(Serialize)]
+struct Section<'a> {
+    name: &'a str,
+    rows: Vec<Named<'a>>,
+}
+
+#[derive(Serialize)]
+struct Named<'a> {
+    key: &'a str,
+    what: &'a str,
+}
+
 /// How many rows the index's "recently" lists show.
 const RECENT: usize = 8;
 
@@ -726,8 +761,15 @@ pub fn write_pages(
         .collect();
     let names: Vec<&str> = categories.iter().map(|c| c.name.as_str()).collect();
 
+    let counts: Vec<CategoryCount> = categories
+        .iter()
+        .map(|c| CategoryCount {
+            name: &c.name,
+            count: c.rows.len(),
+        })
+        .collect();
     let mut ctx = context(common, "")?;
-    ctx.insert("categories", &categories);
+    ctx.insert("categories", &counts);
     ctx.insert("added", &added);
     ctx.insert("changed", &changed);
     ctx.insert("removed", &removed);
@@ -735,8 +777,22 @@ pub fn write_pages(
     write(&out.join("index.html"), tera.render("index.html", &ctx)?)?;
     write_credentials(out, tera, common, rows, bindings)?;
 
+    let sections: Vec<Section> = categories
+        .iter()
+        .map(|c| Section {
+            name: &c.name,
+            rows: c
+                .rows
+                .iter()
+                .map(|r| Named {
+                    key: &r.key,
+                    what: &r.what,
+                })
+                .collect(),
+        })
+        .collect();
     let mut ctx = context(common, "")?;
-    ctx.insert("categories", &categories);
+    ctx.insert("categories", &sections);
     write(&out.join("search.html"), tera.render("search.html", &ctx)?)?;
 
     std::fs::create_dir_all(out.join("c"))?;
@@ -829,16 +885,20 @@ pub fn write_projections(
     // written on a thread of their own, beside the rest.
     let tools = || -> Result<()> {
         std::fs::create_dir_all(out.join("mcp"))?;
-        let tools: Vec<_> = rows
-            .iter()
-            .filter(|r| r.planner_visible)
-            .map(|r| projection::mcp_tool(r))
-            .collect();
-        let mut doc = json!({});
-        doc["tools"] = serde_json::Value::Array(tools);
+        #[derive(Serialize)]
+        struct Tools<'a> {
+            tools: Vec<projection::McpTool<'a>>,
+        }
+        let doc = Tools {
+            tools: rows
+                .iter()
+                .filter(|r| r.planner_visible)
+                .map(|r| projection::McpTool::of(r))
+                .collect(),
+        };
         write(
             &out.join("mcp/tools.json"),
-            serde_json::to_string_pretty(&doc)? + "\n",
+            json_bytes(&doc, true, rows.len())?,
         )
     };
     std::thread::scope(|s| -> Result<()> {
@@ -851,16 +911,21 @@ pub fn write_projections(
         listed.sort_by(|a, b| {
             crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
         });
-        let registry: Vec<_> = listed
-            .into_iter()
-            .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
-            .collect();
-        // The lists are moved into their documents (`json!` would copy them).
-        let mut doc = json!({"commit": common.build.commit});
-        doc["rows"] = serde_json::Value::Array(registry);
+        #[derive(Serialize)]
+        struct Registry<'a> {
+            commit: &'a str,
+            rows: Vec<projection::RegistryEntry<'a>>,
+        }
+        let doc = Registry {
+            commit: &common.build.commit,
+            rows: listed
+                .into_iter()
+                .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
+                .collect(),
+        };
         write(
             &out.join("registry.json"),
-            serde_json::to_string(&doc)? + "\n",
+            json_bytes(&doc, false, rows.len())?,
         )?;
         write(
             &out.join("counts.json"),
