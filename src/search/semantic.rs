@@ -267,7 +267,7 @@ impl RowVectors {
             v.ids.extend(model.tokens(text));
             v.ends.push(v.ids.len() as u32);
         }
-        v.finish(model);
+        v.finish_from(model, Some((self, cleared)));
         v
     }
 
@@ -288,8 +288,41 @@ impl RowVectors {
 
     /// Frequencies, then every row's vector, from the rows' tokens.
     fn finish(&mut self, model: &Model) {
+        self.finish_from(model, None);
+    }
+
+    /// [`finish`](Self::finish), after a change of the vectors `before` (row `i` here is row
+    /// `i` there, but for the rows `cleared` and those appended): a row none of whose tokens
+    /// weighs other than it did keeps its vector, which is the one weighing it again would
+    /// give bit for bit. An edit changes the weight of the tokens it adds or drops, so a
+    /// one-row change weighs again the rows that share one of those, not all of them.
+    fn finish_from(&mut self, model: &Model, before: Option<(&RowVectors, &[usize])>) {
         self.count();
+        // Per token: does it weigh other than before? (Every token, when the number of rows
+        // with words changed: each weight depends on it.)
+        let reweighed: Option<Vec<bool>> = before
+            .filter(|(b, _)| b.idf.len() == self.idf.len() && b.dims == self.dims)
+            .map(|(b, _)| {
+                b.idf
+                    .iter()
+                    .zip(&self.idf)
+                    .map(|(x, y)| x.to_bits() != y.to_bits())
+                    .collect()
+            });
         for i in 0..self.len() {
+            if let (Some((b, cleared)), Some(reweighed)) = (before, &reweighed)
+                && !cleared.contains(&i)
+                && let (Some(held), Some(&scale)) =
+                    (b.data.get(i * b.dims..(i + 1) * b.dims), b.scale.get(i))
+                && !self
+                    .tokens(i)
+                    .iter()
+                    .any(|&t| reweighed.get(t as usize).is_none_or(|&r| r))
+            {
+                self.data.extend_from_slice(held);
+                self.scale.push(scale);
+                continue;
+            }
             match model.embed(self.tokens(i), &self.idf) {
                 Some((q, s)) => {
                     self.data.extend(q.iter().map(|&x| x as u8));
@@ -723,6 +756,63 @@ mod tests {
         }
         let m = model().unwrap();
         assert_eq!((m.scale.len(), m.dims), (30522, 384));
+    }
+
+    /// A change keeps the vectors of rows whose tokens weigh as before, and they are the
+    /// vectors a full build of the same rows makes, bit for bit; the rows that share a token
+    /// the change added or dropped are weighed again.
+    #[test]
+    fn a_change_gives_the_vectors_a_full_build_gives() {
+        let m = model().unwrap();
+        let texts: Vec<String> = [
+            "weather forecast for a city",
+            "current weather in a city",
+            "translate text between languages",
+            "city population census figures",
+            "convert currency amounts",
+            "hash a string with sha256",
+            "stock price quote",
+            "weather radar near an airport",
+            "list the holidays of a country",
+            "define an english word",
+            "search news headlines",
+            "shorten a long link",
+        ]
+        .map(String::from)
+        .to_vec();
+        let before = RowVectors::build(m, &texts);
+        let edit = "satellite radar images of storms".to_string();
+        let after = before.changed(m, &[0], std::slice::from_ref(&edit));
+        let mut full_texts = texts.clone();
+        full_texts[0] = String::new();
+        full_texts.push(edit);
+        let full = RowVectors::build(m, &full_texts);
+        assert_eq!(after.ends, full.ends);
+        assert_eq!(after.ids, full.ids);
+        assert_eq!(after.idf, full.idf);
+        assert_eq!(full.len(), full_texts.len());
+        for (i, text) in full_texts.iter().enumerate() {
+            assert_eq!(
+                (
+                    &after.data[i * m.dims..(i + 1) * m.dims],
+                    after.scale[i].to_bits()
+                ),
+                (
+                    &full.data[i * m.dims..(i + 1) * m.dims],
+                    full.scale[i].to_bits()
+                ),
+                "row {i}: {text:?}"
+            );
+        }
+        // The edit moved "city", "weather" and "radar": rows 1, 3 and 7 weigh otherwise than
+        // before, so keeping every old vector would be wrong.
+        for i in [1, 3, 7] {
+            assert_ne!(
+                &before.data[i * m.dims..(i + 1) * m.dims],
+                &full.data[i * m.dims..(i + 1) * m.dims],
+                "row {i} was not weighed again"
+            );
+        }
     }
 
     #[test]
