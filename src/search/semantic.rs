@@ -59,6 +59,34 @@ pub struct Model {
     ignored: Vec<bool>,
 }
 
+/// The parts of `tokenizer.json` that turn a text into token ids, each read by its own type:
+/// `Tokenizer::from_bytes` reads the whole file as a tree first (its parts are tagged enums),
+/// 30,522 vocabulary entries and all, which took three quarters of the model's decoding.
+/// Padding, truncation, the post-processor (its special tokens are never added: `tokens`
+/// encodes without them) and the decoder are left out: whole texts in, ids out.
+#[derive(serde::Deserialize)]
+struct TokenizerFile {
+    normalizer: tokenizers::normalizers::BertNormalizer,
+    pre_tokenizer: tokenizers::pre_tokenizers::bert::BertPreTokenizer,
+    model: tokenizers::models::wordpiece::WordPiece,
+    added_tokens: Vec<tokenizers::AddedToken>,
+}
+
+/// The BERT tokenizer `tokenizer.json` describes (each part checks its `type`).
+fn bert_tokenizer(bytes: &[u8]) -> Result<tokenizers::Tokenizer> {
+    let file: TokenizerFile = serde_json::from_slice(bytes)
+        .context("tokenizer.json is not a BERT WordPiece tokenizer")?;
+    let mut tokenizer = tokenizers::Tokenizer::new(file.model);
+    tokenizer
+        .with_normalizer(Some(file.normalizer))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    tokenizer.with_pre_tokenizer(Some(file.pre_tokenizer));
+    tokenizer
+        .add_tokens(file.added_tokens)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(tokenizer)
+}
+
 /// The embedded model, decoded once.
 pub fn model() -> Result<&'static Model> {
     static MODEL: OnceLock<std::result::Result<Model, String>> = OnceLock::new();
@@ -97,13 +125,7 @@ impl Model {
         let vectors: &'static [i8] = unsafe {
             std::slice::from_raw_parts(tokens[scales..].as_ptr().cast::<i8>(), vocab * dims)
         };
-        let mut tokenizer =
-            tokenizers::Tokenizer::from_bytes(tokenizer).map_err(|e| anyhow::anyhow!("{e}"))?;
-        // Whole texts: no padding to 128 tokens, no truncation.
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(None)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let tokenizer = bert_tokenizer(tokenizer)?;
         let mut ignored = vec![false; vocab];
         let mut stop = TextAnalyzer::builder(SimpleTokenizer::default())
             .filter(LowerCaser)
@@ -812,6 +834,54 @@ mod tests {
                 &full.data[i * m.dims..(i + 1) * m.dims],
                 "row {i} was not weighed again"
             );
+        }
+    }
+
+    /// The tokenizer as `tokenizers` reads the whole file (padding and truncation off, as the
+    /// model used it before `bert_tokenizer`).
+    fn whole_file_tokenizer() -> tokenizers::Tokenizer {
+        let mut t = tokenizers::Tokenizer::from_bytes(TOKENIZER).unwrap();
+        t.with_padding(None);
+        t.with_truncation(None).unwrap();
+        t
+    }
+
+    fn ids(t: &tokenizers::Tokenizer, text: &str) -> Vec<u32> {
+        t.encode_fast(text, false).unwrap().get_ids().to_vec()
+    }
+
+    /// The tokenizer made from the file's parts gives the ids the whole file's tokenizer
+    /// gives, for every text of the bundled catalogue and of the evaluation requests.
+    #[test]
+    fn the_tokenizer_from_its_parts_is_the_whole_files() {
+        let (ours, whole) = (&model().unwrap().tokenizer, whole_file_tokenizer());
+        let mut texts: Vec<String> = vec![
+            "[CLS] a [SEP] b [MASK][PAD] [UNK]".into(),
+            "Café naïve ÉCOLE 東京 ｆｕｌｌ\u{200b}width\ttab\u{0}nul".into(),
+            "x".repeat(150),
+        ];
+        for dir in ["catalogue", "eval/metatool/catalogue"] {
+            for f in crate::row::catalogue::read_dir(Path::new(dir)).unwrap() {
+                texts.push(String::from_utf8_lossy(&f.bytes).into_owned());
+            }
+        }
+        let queries = std::fs::read_to_string("eval/metatool/queries-dev.jsonl").unwrap();
+        texts.extend(queries.lines().map(String::from));
+        assert!(texts.len() > 2000, "{} texts", texts.len());
+        for text in &texts {
+            assert_eq!(ids(ours, text), ids(&whole, text), "{text:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_tokenizes_as_the_whole_files_tokenizer_does(text in "\\PC{0,120}", special in proptest::option::of(0usize..5)) {
+            let (ours, whole) = (&model().unwrap().tokenizer, whole_file_tokenizer());
+            let text = match special {
+                Some(i) => format!("{text}{} {text}", ["[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"][i]),
+                None => text,
+            };
+            proptest::prop_assert_eq!(ids(ours, &text), ids(&whole, &text));
         }
     }
 
