@@ -7,7 +7,7 @@ use crate::row::call::needed_args;
 use crate::row::urls::Urls;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 
 /// A row's registry entry: enough to pick it, with a pointer to its contract on the site.
 #[derive(Serialize)]
@@ -50,20 +50,8 @@ pub fn tool_description(row: &Row) -> String {
 /// A row's arguments as a tool's JSON Schema: its `input_schema`, or a single `body` string
 /// described by the ARGS line (required when a template needs `$1`).
 pub fn tool_arguments(row: &Row) -> Json {
-    row.input_schema.clone().unwrap_or_else(|| {
-        let mut schema = json!({
-            "type": "object",
-            "properties": {"body": {
-                "type": "string",
-                "description": body_description(row),
-            }},
-        });
-        // A row whose template has `$1` cannot run without a body; say so in the schema.
-        if needed_args(row) > 0 {
-            schema["required"] = json!(["body"]);
-        }
-        schema
-    })
+    // Strings, bools and JSON: no map with other keys than strings, so it always serializes.
+    serde_json::to_value(ToolSchema::of(row, false)).unwrap_or_default()
 }
 
 /// How the single `body` argument of a row without an input schema is described.
@@ -112,13 +100,7 @@ impl<'a> McpTool<'a> {
             name: &row.key,
             title: row.key.replace('_', " ").to_lowercase(),
             description: tool_description(row),
-            input_schema: match &row.input_schema {
-                Some(schema) => ToolSchema::Row(schema),
-                None => ToolSchema::Body {
-                    description: body_description(row),
-                    required: needed_args(row) > 0,
-                },
-            },
+            input_schema: ToolSchema::of(row, true),
             annotations: Annotations {
                 read_only,
                 destructive: !read_only && row.sensitive,
@@ -131,11 +113,32 @@ impl<'a> McpTool<'a> {
     }
 }
 
-/// A tool's input schema: [`tool_arguments`] with the `repairs` argument added to its
-/// properties (any call may repair a failed one; a row's own `repairs` argument wins).
-enum ToolSchema<'a> {
+/// A row's arguments as a tool's input schema ([`tool_arguments`]); with `repairs`, the
+/// `repairs` argument added to its properties (any call may repair a failed one; a row's own
+/// `repairs` argument wins).
+struct ToolSchema<'a> {
+    arguments: Arguments<'a>,
+    repairs: bool,
+}
+
+enum Arguments<'a> {
+    /// The row's `input_schema`.
     Row(&'a Json),
+    /// A single `body` string, required when a template needs `$1`.
     Body { description: String, required: bool },
+}
+
+impl<'a> ToolSchema<'a> {
+    fn of(row: &'a Row, repairs: bool) -> ToolSchema<'a> {
+        let arguments = match &row.input_schema {
+            Some(schema) => Arguments::Row(schema),
+            None => Arguments::Body {
+                description: body_description(row),
+                required: needed_args(row) > 0,
+            },
+        };
+        ToolSchema { arguments, repairs }
+    }
 }
 
 /// The schema of the `repairs` argument every tool takes.
@@ -153,8 +156,8 @@ const REPAIRS_ARGUMENT: RepairsArgument = RepairsArgument {
 
 impl Serialize for ToolSchema<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            ToolSchema::Row(Json::Object(schema)) => {
+        match &self.arguments {
+            Arguments::Row(Json::Object(schema)) if self.repairs => {
                 let mut map = s.serialize_map(Some(schema.len()))?;
                 for (k, v) in schema {
                     match v {
@@ -168,8 +171,8 @@ impl Serialize for ToolSchema<'_> {
                 }
                 map.end()
             }
-            ToolSchema::Row(other) => other.serialize(s),
-            ToolSchema::Body {
+            Arguments::Row(schema) => schema.serialize(s),
+            Arguments::Body {
                 description,
                 required,
             } => {
@@ -182,7 +185,8 @@ impl Serialize for ToolSchema<'_> {
                 #[derive(Serialize)]
                 struct Properties<'d> {
                     body: Body<'d>,
-                    repairs: RepairsArgument,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    repairs: Option<RepairsArgument>,
                 }
                 let mut map = s.serialize_map(Some(2 + usize::from(*required)))?;
                 map.serialize_entry("type", "object")?;
@@ -193,7 +197,7 @@ impl Serialize for ToolSchema<'_> {
                             kind: "string",
                             description,
                         },
-                        repairs: REPAIRS_ARGUMENT,
+                        repairs: self.repairs.then_some(REPAIRS_ARGUMENT),
                     },
                 )?;
                 if *required {
@@ -233,12 +237,13 @@ pub fn llms_line(row: &Row, urls: &Urls) -> String {
 mod tests {
     use super::*;
     use crate::row::{catalogue, parse_row};
+    use serde_json::json;
     use std::path::Path;
 
     /// The tool as a JSON tree, built the way `mcp_tool` built it before [`McpTool`]: the
     /// typed serialization must write the same bytes.
     fn as_tree(row: &Row) -> Json {
-        let mut input_schema = tool_arguments(row);
+        let mut input_schema = arguments_as_tree(row);
         if let Some(props) = input_schema
             .get_mut("properties")
             .and_then(Json::as_object_mut)
@@ -260,6 +265,24 @@ mod tests {
                 "destructiveHint": !read_only && row.sensitive,
                 "openWorldHint": matches!(row.kind, crate::row::RowType::Http | crate::row::RowType::Agent),
             },
+        })
+    }
+
+    /// A row's arguments as a JSON tree, built the way `tool_arguments` built them before
+    /// [`ToolSchema`].
+    fn arguments_as_tree(row: &Row) -> Json {
+        row.input_schema.clone().unwrap_or_else(|| {
+            let mut schema = json!({
+                "type": "object",
+                "properties": {"body": {
+                    "type": "string",
+                    "description": body_description(row),
+                }},
+            });
+            if needed_args(row) > 0 {
+                schema["required"] = json!(["body"]);
+            }
+            schema
         })
     }
 
@@ -300,6 +323,12 @@ mod tests {
             let tree = serde_json::to_string_pretty(&as_tree(row)).expect("serializes");
             assert_eq!(typed, tree, "{}", row.key);
             assert_eq!(mcp_tool(row), as_tree(row), "{}", row.key);
+            assert_eq!(
+                serde_json::to_string(&tool_arguments(row)).expect("serializes"),
+                serde_json::to_string(&arguments_as_tree(row)).expect("serializes"),
+                "{}",
+                row.key
+            );
         }
         assert!(
             bodies[0] > 0 && bodies[1] > 0,

@@ -883,103 +883,125 @@ pub fn write_projections(
 ) -> Result<()> {
     // The MCP tools (the largest of these files: every row's schema, pretty-printed) are
     // written on a thread of their own, beside the rest.
-    let tools = || -> Result<()> {
-        std::fs::create_dir_all(out.join("mcp"))?;
-        #[derive(Serialize)]
-        struct Tools<'a> {
-            tools: Vec<projection::McpTool<'a>>,
-        }
-        let doc = Tools {
-            tools: rows
-                .iter()
-                .filter(|r| r.planner_visible)
-                .map(|r| projection::McpTool::of(r))
-                .collect(),
-        };
-        write(
-            &out.join("mcp/tools.json"),
-            json_bytes(&doc, true, rows.len())?,
-        )
-    };
     std::thread::scope(|s| -> Result<()> {
-        let tools = s.spawn(tools);
-        let mut listed: Vec<&Row> = rows
-            .iter()
-            .copied()
-            .filter(|r| !r.is_test_shaped())
-            .collect();
-        listed.sort_by(|a, b| {
-            crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
-        });
-        #[derive(Serialize)]
-        struct Registry<'a> {
-            commit: &'a str,
-            rows: Vec<projection::RegistryEntry<'a>>,
-        }
-        let doc = Registry {
-            commit: &common.build.commit,
-            rows: listed
-                .into_iter()
-                .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
-                .collect(),
-        };
-        write(
-            &out.join("registry.json"),
-            json_bytes(&doc, false, rows.len())?,
-        )?;
+        let tools = s.spawn(|| write_mcp_tools(out, rows));
+        write_registry(out, rows, common, urls, prints)?;
         write(
             &out.join("counts.json"),
             serde_json::to_string_pretty(common.counts)? + "\n",
         )?;
-
-        let mut llms = format!("# {}\n\n> {}\n\n", common.site.title, common.site.summary);
-        match urls.dispatcher.as_deref() {
-            Some(base) => llms.push_str(&format!(
-                "Ask in plain words at {base}/api/dispatch?ask=…, read one contract, invoke by key with POST {base}/api/dispatch. Read the contract; don't infer a row from memory.\n"
-            )),
-            None => llms.push_str(&format!(
-                "This catalogue has no public dispatcher: read the contracts below, and run one with `capdir serve` on this site ({}) to ask and invoke. Read the contract; don't infer a row from memory.\n",
-                urls.site_file("")
-            )),
-        }
-        let mut by_cat: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
-        for r in rows {
-            by_cat
-                .entry(crate::row::category_name(&r.category))
-                .or_default()
-                .push(r);
-        }
-        for (cat, rs) in by_cat {
-            llms.push_str(&format!("\n## {cat}\n\n"));
-            for r in rs {
-                llms.push_str(&projection::llms_line(r, urls));
-                llms.push('\n');
-            }
-        }
-        write(&out.join("llms.txt"), llms)?;
-
-        let mut sitemap = String::from(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n",
-        );
-        let mut url = |path: &str| {
-            sitemap.push_str(&format!(
-                "  <url><loc>{}</loc></url>\n",
-                xml_escape(&urls.site_file(path))
-            ))
-        };
-        url("index.html");
-        for c in categories {
-            url(&format!("c/{c}.html"));
-        }
-        for r in rows {
-            url(&format!("k/{}.html", r.key));
-        }
-        sitemap.push_str("</urlset>\n");
-        write(&out.join("sitemap.xml"), sitemap)?;
+        write(&out.join("llms.txt"), llms_txt(rows, common, urls))?;
+        write(&out.join("sitemap.xml"), sitemap(rows, urls, categories))?;
         tools
             .join()
             .unwrap_or_else(|_| Err(anyhow::anyhow!("writing the MCP tools panicked")))
     })
+}
+
+/// `mcp/tools.json`: the tool of every row planners see.
+fn write_mcp_tools(out: &Path, rows: &[&Row]) -> Result<()> {
+    #[derive(Serialize)]
+    struct Tools<'a> {
+        tools: Vec<projection::McpTool<'a>>,
+    }
+    std::fs::create_dir_all(out.join("mcp"))?;
+    let doc = Tools {
+        tools: rows
+            .iter()
+            .filter(|r| r.planner_visible)
+            .map(|r| projection::McpTool::of(r))
+            .collect(),
+    };
+    write(
+        &out.join("mcp/tools.json"),
+        json_bytes(&doc, true, rows.len())?,
+    )
+}
+
+/// `registry.json`: the commit, and the entry of every row but test-shaped ones, in listing
+/// order.
+fn write_registry(
+    out: &Path,
+    rows: &[&Row],
+    common: &Common,
+    urls: &Urls,
+    prints: &HashMap<String, String>,
+) -> Result<()> {
+    #[derive(Serialize)]
+    struct Registry<'a> {
+        commit: &'a str,
+        rows: Vec<projection::RegistryEntry<'a>>,
+    }
+    let mut listed: Vec<&Row> = rows
+        .iter()
+        .copied()
+        .filter(|r| !r.is_test_shaped())
+        .collect();
+    listed.sort_by(|a, b| {
+        crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
+    });
+    let doc = Registry {
+        commit: &common.build.commit,
+        rows: listed
+            .into_iter()
+            .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
+            .collect(),
+    };
+    write(
+        &out.join("registry.json"),
+        json_bytes(&doc, false, rows.len())?,
+    )
+}
+
+/// `llms.txt`: how to ask and invoke, then every row's contract line by category.
+fn llms_txt(rows: &[&Row], common: &Common, urls: &Urls) -> String {
+    let mut llms = format!("# {}\n\n> {}\n\n", common.site.title, common.site.summary);
+    match urls.dispatcher.as_deref() {
+        Some(base) => llms.push_str(&format!(
+            "Ask in plain words at {base}/api/dispatch?ask=…, read one contract, invoke by key with POST {base}/api/dispatch. Read the contract; don't infer a row from memory.\n"
+        )),
+        None => llms.push_str(&format!(
+            "This catalogue has no public dispatcher: read the contracts below, and run one with `capdir serve` on this site ({}) to ask and invoke. Read the contract; don't infer a row from memory.\n",
+            urls.site_file("")
+        )),
+    }
+    let mut by_cat: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        by_cat
+            .entry(crate::row::category_name(&r.category))
+            .or_default()
+            .push(r);
+    }
+    for (cat, rs) in by_cat {
+        llms.push_str(&format!("\n## {cat}\n\n"));
+        for r in rs {
+            llms.push_str(&projection::llms_line(r, urls));
+            llms.push('\n');
+        }
+    }
+    llms
+}
+
+/// `sitemap.xml`: the index, every category page and every row page.
+fn sitemap(rows: &[&Row], urls: &Urls, categories: &[String]) -> String {
+    let mut sitemap = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<urlset xmlns=\"http://www.sitemaps.org/schemas/sitemap/0.9\">\n",
+    );
+    let mut url = |path: &str| {
+        sitemap.push_str(&format!(
+            "  <url><loc>{}</loc></url>\n",
+            xml_escape(&urls.site_file(path))
+        ))
+    };
+    url("index.html");
+    for c in categories {
+        url(&format!("c/{c}.html"));
+    }
+    for r in rows {
+        url(&format!("k/{}.html", r.key));
+    }
+    sitemap.push_str("</urlset>\n");
+    sitemap
 }
 
 fn xml_escape(s: &str) -> String {
