@@ -237,6 +237,10 @@ impl Built {
             reused,
         } = gated?;
         let clean_changed = clean_now != clean;
+        // A file the gate took as checked has the snapshot's row as its row: its columns are
+        // the site's, and only its history can have moved.
+        let same_row: std::collections::HashSet<&str> =
+            reused.iter().map(String::as_str).collect();
         let index = index.map_err(|_| panicked("the index"))?;
         if super::site_bindings(out) != checked.bindings {
             return Ok(Opened::Full("the credential bindings changed".into()));
@@ -275,7 +279,8 @@ impl Built {
                 .get(&old.key)
                 .map(|v| v.iter().map(String::as_str).collect())
                 .unwrap_or_default();
-            let changed = !snapshot::same_columns(&new, &old) || shas != built_shas;
+            let changed = shas != built_shas
+                || !(same_row.contains(file) || snapshot::same_columns(&new, &old));
             if changed {
                 delta.upserts.push(new);
                 rows.insert(old.key.clone(), Arc::new(old));
@@ -326,7 +331,7 @@ impl Built {
             tera: tera?,
             clean: clean_now,
             clean_changed,
-            reused,
+            reused: reused.len(),
             touched: BTreeSet::new(),
             stale: StaleCategories::default(),
             across: None,

@@ -150,8 +150,9 @@ pub(crate) struct Gated {
     pub checked: crate::check::Checked,
     /// The files it found clean.
     pub clean: checked::Clean,
-    /// How many files it took as checked before, byte for byte.
-    pub reused: usize,
+    /// The names of the files it took as checked before, byte for byte: each one's row is the
+    /// snapshot's row of that file (`Clean::reuse`).
+    pub reused: Vec<String>,
 }
 
 /// The catalogue's files and the digest of each.
@@ -215,7 +216,7 @@ pub(crate) fn gate(
     Ok(Gated {
         checked,
         clean,
-        reused: reused.len(),
+        reused,
     })
 }
 
