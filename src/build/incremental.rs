@@ -151,7 +151,8 @@ pub struct Built {
     index: IndexState,
     info: BuildInfo,
     tombstones: BTreeMap<String, Tombstone>,
-    tera: tera::Tera,
+    /// The compiled templates, shared with the [`Pages`] taken from it.
+    tera: Arc<tera::Tera>,
     /// The files of the catalogue the gate found clean when the site was opened.
     clean: Clean,
     /// Whether that list differs from the one the site holds.
@@ -327,7 +328,7 @@ impl Built {
             index,
             info: snap.info,
             tombstones: tombs,
-            tera: tera?,
+            tera: Arc::new(tera?),
             clean: clean_now,
             clean_changed,
             reused: reused.len(),
@@ -639,6 +640,7 @@ impl Built {
             repo_url: self.repo_url.clone(),
             touched: std::mem::take(&mut self.touched),
             stale: std::mem::take(&mut self.stale),
+            tera: Arc::clone(&self.tera),
         }
     }
 
@@ -732,6 +734,7 @@ pub struct Pages {
     repo_url: Option<String>,
     touched: BTreeSet<String>,
     stale: StaleCategories,
+    tera: Arc<tera::Tera>,
 }
 
 impl Pages {
@@ -801,10 +804,9 @@ impl Pages {
                     &self.prints,
                 )
             });
-            let tera = site::tera()?;
             site::write_pages(
                 scratch,
-                &tera,
+                &self.tera,
                 &common,
                 &rows,
                 &self.listings,
@@ -863,7 +865,12 @@ pub struct Updated {
 /// the pages and the history cache. `Ok(None)` when a full build is needed (and why is
 /// logged).
 pub fn build(opts: &Options) -> Result<Option<Updated>, BuildError> {
-    Ok(catch_up(opts)?.map(|(_, updated)| updated))
+    Ok(catch_up(opts)?.map(|(built, updated)| {
+        // The model (every row twice over, the index's vocabulary, the history) is freed on a
+        // thread of its own: `capdir build` has answered and ends without waiting for it.
+        std::thread::spawn(move || drop(built));
+        updated
+    }))
 }
 
 /// [`build`], keeping the site it changed open for more changes.
@@ -916,19 +923,29 @@ pub fn catch_up(opts: &Options) -> Result<Option<(Built, Updated)>, BuildError> 
             .collect::<Vec<_>>()
             .join(", "),
     ));
+    // The history cache and the list of clean files (hidden files, in no manifest) are saved
+    // while the pages are written: the manifest's reading and writing leave a core idle.
     let pages = built.pages();
-    let took = pages.write()?;
+    let (took, saved) = std::thread::scope(|s| {
+        let saved = s.spawn(|| {
+            let clock = Instant::now();
+            built.save_history().map(|()| clock.elapsed())
+        });
+        let took = pages.write();
+        let saved = saved
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("saving the history panicked")));
+        (took, saved)
+    });
     steps.push((
         "pages",
-        took,
+        took?,
         "index, categories, search, projections, manifest".into(),
     ));
-    let clock = Instant::now();
-    built.save_history()?;
     steps.push((
         "history",
-        clock.elapsed(),
-        "cache and clean files saved".into(),
+        saved?,
+        "cache and clean files saved, beside the pages".into(),
     ));
     Ok(Some((built, Updated { changed, steps })))
 }
