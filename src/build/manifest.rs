@@ -241,21 +241,37 @@ fn on_all_cores<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {
-    let chunk = items.len().div_ceil(crate::cores().max(1)).max(1);
-    let f = &f;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Each thread takes the next item when it is done with its last, rather than a fixed
+    // share of the list: a rebuild hashes a few files of megabytes among many small ones,
+    // and equal counts left one core with most of the bytes.
+    let next = AtomicUsize::new(0);
+    let threads = crate::cores().clamp(1, items.len().max(1));
+    let (f, next) = (&f, &next);
     std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().map(f).collect::<Result<Vec<R>>>()))
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        done.push((i, f(item)?));
+                    }
+                    Ok::<_, anyhow::Error>(done)
+                })
+            })
             .collect();
-        let mut out = Vec::with_capacity(items.len());
+        let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
         for h in handles {
-            out.extend(
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))?,
-            );
+            let done = h
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))?;
+            for (i, r) in done {
+                out[i] = Some(r);
+            }
         }
-        Ok(out)
+        Ok(out.into_iter().flatten().collect())
     })
 }
 
