@@ -281,6 +281,7 @@ fn segment(word: &str, vocabulary: &HashSet<String>) -> Option<Vec<String>> {
 /// The words the catalogue's own text uses, for splitting run-together key parts.
 fn vocabulary(rows: &[&Row]) -> HashSet<String> {
     let mut v = HashSet::new();
+    let mut word = String::new();
     for r in rows {
         let d = r.doc();
         let texts = [
@@ -293,9 +294,16 @@ fn vocabulary(rows: &[&Row]) -> HashSet<String> {
             .flatten()
             .chain(r.asks.iter().map(String::as_str))
         {
+            // Words are ASCII letters, so lowercasing is ASCII's; a word seen before (most
+            // of them) costs no allocation.
             for w in t.split(|c: char| !c.is_ascii_alphabetic()) {
                 if w.len() >= 3 {
-                    v.insert(w.to_lowercase());
+                    word.clear();
+                    word.push_str(w);
+                    word.make_ascii_lowercase();
+                    if !v.contains(&word) {
+                        v.insert(word.clone());
+                    }
                 }
             }
         }
