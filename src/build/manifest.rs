@@ -265,16 +265,16 @@ fn on_all_cores<T: Sync, R: Send>(
                 })
             })
             .collect();
-        let mut out: Vec<Option<R>> = std::iter::repeat_with(|| None).take(items.len()).collect();
+        let mut out = Vec::with_capacity(items.len());
         for h in handles {
-            let done = h
-                .join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))?;
-            for (i, r) in done {
-                out[i] = Some(r);
-            }
+            out.extend(
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a hashing thread panicked")))?,
+            );
         }
-        Ok(out.into_iter().flatten().collect())
+        // Back in the items' order: each result was taken with its item's place.
+        out.sort_unstable_by_key(|(i, _)| *i);
+        Ok(out.into_iter().map(|(_, r)| r).collect())
     })
 }
 
@@ -384,6 +384,33 @@ mod tests {
                 prop_assert!(!path.contains('\\') && !path.split('/').any(|p| p.starts_with('.')));
             }
         }
+    }
+
+    /// Results come back in the items' order however unevenly the work falls on the threads,
+    /// and an item's error is the call's.
+    #[test]
+    fn on_all_cores_keeps_the_items_order_and_their_errors() {
+        let items: Vec<u64> = (0..200).collect();
+        let slow_first = |x: &u64| {
+            if *x < 3 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Ok(x * 2)
+        };
+        let got = on_all_cores(&items, slow_first).expect("no item fails");
+        assert_eq!(got, items.iter().map(|x| x * 2).collect::<Vec<_>>());
+        let failing = on_all_cores(&items, |x| {
+            if *x == 150 {
+                anyhow::bail!("item 150")
+            }
+            Ok(*x)
+        });
+        assert_eq!(failing.unwrap_err().to_string(), "item 150");
+        assert!(
+            on_all_cores(&[] as &[u64], slow_first)
+                .expect("none")
+                .is_empty()
+        );
     }
 
     /// A follower acts on each entry: a path named twice, in whatever order the entries come,
