@@ -7,16 +7,18 @@
 #   bench/rebuild_ab.sh OLD_BINARY NEW_BINARY [ROWS] [ROUNDS]   (default 10000 rows, 5 rounds)
 #   BENCH_OUT=DIR   where the catalogue lives (default /dev/shm/capdir-rebuild: tmpfs, as
 #                   bench/build.sh's figures against Hugo)
-# Both binaries must make sites the same way (the same capdir version), or each round is a
-# full build.
+# Each binary keeps a site of its own (built by it first), so the two may keep their caches in
+# different formats; each round's one edit is the one change either site has to take in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old="$(realpath "$1")" new="$(realpath "$2")" rows="${3:-10000}" rounds="${4:-5}"
 dir="${BENCH_OUT:-/dev/shm/capdir-rebuild}/$rows"
 [ -d "$dir/catalogue" ] || python3 bench/gen_catalogue.py "$dir" "$rows" "$((rows / 10))" 1 >/dev/null
 site="$dir/site-ab-$$"
-trap 'rm -rf "$site"' EXIT
-(cd "$dir" && "$new" build catalogue --out "$site") >/dev/null 2>&1
+trap 'rm -rf "$site-old" "$site-new"' EXIT
+for side in old new; do
+  (cd "$dir" && "${!side}" build catalogue --out "$site-$side") >/dev/null 2>&1
+done
 file=$(find "$dir/catalogue" -name '*.yaml' -print -quit)
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 step() { grep -oP "^  $1 +\K[0-9.]+" "$2"; }
@@ -24,13 +26,13 @@ declare -A took cpu
 echo "| round | binary | rebuild s | CPU s | open ms | apply ms | pages ms |"
 echo "|---|---|---|---|---|---|---|"
 for r in $(seq "$rounds"); do
+  sed -i "s/^\(  # OUTPUT: .*\)\( (edit [0-9a-z-]*)\)\?$/\1 (edit $$-$r)/" "$file"
+  git -C "$dir" -c user.name=B -c user.email=b@example.com commit -qam "edit $r"
   for side in old new; do
     bin="${!side}"
-    sed -i "s/^\(  # OUTPUT: .*\)\( (edit [0-9a-z-]*)\)\?$/\1 (edit $r-$side)/" "$file"
-    git -C "$dir" -c user.name=B -c user.email=b@example.com commit -qam "edit $r $side"
     log="$(mktemp)" times="$(mktemp)"
     start=$(date +%s.%N)
-    (cd "$dir" && RUST_LOG=info /usr/bin/time -o "$times" -f "%U %S" "$bin" build catalogue --out "$site") >"$log" 2>&1
+    (cd "$dir" && RUST_LOG=info /usr/bin/time -o "$times" -f "%U %S" "$bin" build catalogue --out "$site-$side") >"$log" 2>&1
     s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.3f}')")
     c=$(awk '{printf "%.2f", $1 + $2}' "$times")
     grep -q "^changed 1 rows of .* in place" "$log" || { echo "$side did not change the site in place:"; cat "$log"; exit 1; }
