@@ -254,32 +254,53 @@ impl Built {
             ));
         };
         let urls = made.urls();
-        let mut now: BTreeMap<String, Row> = checked
-            .rows
-            .into_iter()
-            .map(|r| (r.key.clone(), r))
-            .collect();
-        let live: std::collections::HashSet<String> = now.keys().cloned().collect();
+        // The gate's rows and the snapshot's, both in key order, walked side by side: no map
+        // of either, and each row moved once, into its Arc (at 10,000 rows the maps and the
+        // rows' moves through them were a fifth of the opening, on one core).
+        let mut now = checked.rows;
+        if !now.is_sorted_by(|a, b| a.key <= b.key) {
+            now.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        }
+        let mut before = snap.rows;
+        if !before.is_sorted_by(|a, b| a.key <= b.key) {
+            before.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        }
+        let live_rows = now.len();
         let mut rows: BTreeMap<String, Arc<Row>> = BTreeMap::new();
         let mut delta = Delta::default();
-        for old in snap.rows {
-            let Some(new) = now.remove(&old.key) else {
-                delta.removed.push(old.key.clone());
-                rows.insert(old.key.clone(), Arc::new(old));
-                continue;
+        let mut fresh: Vec<Row> = Vec::new();
+        let mut now = now.into_iter().peekable();
+        let mut before = before.into_iter().peekable();
+        loop {
+            let order = match (before.peek(), now.peek()) {
+                (None, None) => break,
+                (Some(old), Some(new)) => old.key.cmp(&new.key),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+            };
+            let (old, new) = match order {
+                std::cmp::Ordering::Less => (before.next(), None),
+                std::cmp::Ordering::Greater => (None, now.next()),
+                std::cmp::Ordering::Equal => (before.next(), now.next()),
+            };
+            let (old, new) = match (old, new) {
+                (Some(old), Some(new)) => (old, new),
+                (Some(old), None) => {
+                    delta.removed.push(old.key.clone());
+                    rows.insert(old.key.clone(), Arc::new(old));
+                    continue;
+                }
+                // Rows the site does not have yet.
+                (None, Some(new)) => {
+                    fresh.push(new);
+                    continue;
+                }
+                (None, None) => break,
             };
             let file = file_name(&new);
-            let shas: Vec<&str> = history
-                .of(file)
-                .iter()
-                .map(|c| c.commit.sha.as_str())
-                .collect();
-            let built_shas: Vec<&str> = extras
-                .histories
-                .get(&old.key)
-                .map(|v| v.iter().map(String::as_str).collect())
-                .unwrap_or_default();
-            let changed = shas != built_shas
+            let shas = history.of(file).iter().map(|c| c.commit.sha.as_str());
+            let built_shas = extras.histories.get(&old.key).into_iter().flatten();
+            let changed = !shas.eq(built_shas.map(String::as_str))
                 || !(same_row.contains(file) || snapshot::same_columns(&new, &old));
             if changed {
                 delta.upserts.push(new);
@@ -289,10 +310,14 @@ impl Built {
                 rows.insert(old.key, Arc::new(new));
             }
         }
-        // Rows the site does not have yet.
-        delta.upserts.extend(now.into_values());
+        let fresh_keys: std::collections::HashSet<String> =
+            fresh.iter().map(|r| r.key.clone()).collect();
+        delta.upserts.extend(fresh);
+        // The catalogue's keys now: the site's rows but those removed, and the fresh ones.
+        let gone: std::collections::HashSet<String> = delta.removed.iter().cloned().collect();
+        let live = |k: &str| (rows.contains_key(k) && !gone.contains(k)) || fresh_keys.contains(k);
         // Tombstones the history gives now, against those the site holds.
-        let tombs: BTreeMap<String, Tombstone> = tombstones(&history, |k| live.contains(k), &urls)
+        let tombs: BTreeMap<String, Tombstone> = tombstones(&history, live, &urls)
             .into_iter()
             .map(|t| (t.key.clone(), t))
             .collect();
@@ -305,13 +330,13 @@ impl Built {
         if extras
             .removals
             .keys()
-            .any(|k| !tombs.contains_key(k) && !live.contains(k))
+            .any(|k| !tombs.contains_key(k) && !live(k))
         {
             return Ok(Opened::Full(
                 "a tombstone of the site is in the history no more".into(),
             ));
         }
-        if delta.len() > MAX_ROWS_CHANGED.max(live.len() / 10) {
+        if delta.len() > MAX_ROWS_CHANGED.max(live_rows / 10) {
             return Ok(Opened::Full(format!(
                 "{} rows changed: a full build is quicker",
                 delta.len()
