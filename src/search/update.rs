@@ -16,8 +16,8 @@
 //! accumulate, so the index does not slow down.
 
 use super::{
-    ANALYZER, Fields, RowMeta, Searcher, Terms, add_term_fields, analyzer, document, document_text,
-    fields_of, indexable, meta, positions, term_fields, vocabulary,
+    ANALYZER, Fields, RowMeta, Searcher, Terms, Vocabulary, add_term_fields, analyzer, document,
+    document_text, fields_of, indexable, meta, positions, term_fields, vocabulary,
 };
 use crate::row::Row;
 use anyhow::{Context as _, Result, bail};
@@ -47,7 +47,7 @@ pub struct IndexState {
     /// Key → its place in `rows`.
     by_key: Arc<HashMap<String, usize>>,
     /// The words run-together key parts are split by.
-    words: Arc<HashSet<String>>,
+    words: Arc<Vocabulary>,
     terms: Arc<Terms>,
     /// Key → a digest of the text its document indexes: a row changed in nothing the index
     /// holds (its examples, its flags) keeps its document, and the index its statistics.
@@ -56,12 +56,14 @@ pub struct IndexState {
     vectors: Option<Arc<super::semantic::RowVectors>>,
 }
 
-/// A digest of the text a row's document would index.
-fn text_digest(row: &Row, words: &HashSet<String>) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut h = std::hash::DefaultHasher::new();
-    document_text(row, words).hash(&mut h);
-    h.finish()
+/// A digest of the text a row's document would index, to tell within this process whether it
+/// changed: foldhash under one seed drawn when the process first asks, so a row's author cannot
+/// aim at another text with the same digest.
+fn text_digest(row: &Row, words: &Vocabulary) -> u64 {
+    use std::hash::BuildHasher as _;
+    static SEED: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
+    SEED.get_or_init(Default::default)
+        .hash_one(document_text(row, words))
 }
 
 impl std::fmt::Debug for IndexState {
