@@ -178,12 +178,13 @@ pub(crate) fn gate(
     let checked = match before {
         None => check_files(files),
         Some((clean, rows)) => {
-            let digest_of: HashMap<&Path, &checked::Digest> = files
+            // Looked up once a file: foldhash, not SipHash (seeded anew each build).
+            let digest_of: HashMap<&Path, &checked::Digest, foldhash::fast::RandomState> = files
                 .iter()
                 .zip(digests)
                 .map(|(f, d)| (f.path.as_path(), d))
                 .collect();
-            let row_of: HashMap<&str, &Row> = rows
+            let row_of: HashMap<&str, &Row, foldhash::fast::RandomState> = rows
                 .iter()
                 .filter_map(|r| Some((r.path.file_name()?.to_str()?, r)))
                 .collect();
