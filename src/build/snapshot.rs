@@ -428,6 +428,10 @@ fn list(text: String) -> Vec<String> {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
+/// The most rows [`open`] makes room for before reading them (a catalogue past it grows its
+/// list as it reads).
+const MAX_PRESIZED: usize = 1 << 20;
+
 /// Read a snapshot back into rows, for the dispatcher and `invoke --site`.
 pub fn open(path: &Path) -> Result<Snapshot> {
     let db = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -438,9 +442,10 @@ pub fn open(path: &Path) -> Result<Snapshot> {
                 asks, path, route_reply FROM directory ORDER BY key",
     )?;
     // Room for every row at once: a growing list moved its rows (each some hundred bytes)
-    // at every doubling, a sixth of the read at 10,000 rows.
+    // at every doubling, a sixth of the read at 10,000 rows. Up to a bound, so that a file
+    // made to hold many tiny rows cannot ask for memory before any row is read.
     let count: i64 = db.query_row("SELECT count(*) FROM directory", [], |r| r.get(0))?;
-    let mut rows = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    let mut rows = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(MAX_PRESIZED));
     for row in stmt.query_map([], |r| {
         let kind: String = r.get(1)?;
         let content: String = r.get(4)?;
