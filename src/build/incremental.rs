@@ -257,14 +257,12 @@ impl Built {
         // The gate's rows and the snapshot's, both in key order, walked side by side: no map
         // of either, and each row moved once, into its Arc (at 10,000 rows the maps and the
         // rows' moves through them were a sixth of the opening, on one core).
+        // Both mostly come sorted (the gate reads files in name order, the snapshot is read
+        // ORDER BY key), and sorting a sorted list is one pass.
         let mut now = checked.rows;
-        if !now.is_sorted_by(|a, b| a.key <= b.key) {
-            now.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        }
+        now.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         let mut before = snap.rows;
-        if !before.is_sorted_by(|a, b| a.key <= b.key) {
-            before.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        }
+        before.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         let live_rows = now.len();
         let mut rows: BTreeMap<String, Arc<Row>> = BTreeMap::new();
         let mut delta = Delta::default();

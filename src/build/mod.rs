@@ -27,7 +27,6 @@ use anyhow::{Context as _, Result, anyhow};
 use history::History;
 use site::{Common, SiteMeta};
 use snapshot::{BuildInfo, Counts};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -178,13 +177,12 @@ pub(crate) fn gate(
     let checked = match before {
         None => check_files(files),
         Some((clean, rows)) => {
-            // Looked up once a file: foldhash, not SipHash (seeded anew each build).
-            let digest_of: HashMap<&Path, &checked::Digest, foldhash::fast::RandomState> = files
+            let digest_of: crate::FastMap<&Path, &checked::Digest> = files
                 .iter()
                 .zip(digests)
                 .map(|(f, d)| (f.path.as_path(), d))
                 .collect();
-            let row_of: HashMap<&str, &Row, foldhash::fast::RandomState> = rows
+            let row_of: crate::FastMap<&str, &Row> = rows
                 .iter()
                 .filter_map(|r| Some((r.path.file_name()?.to_str()?, r)))
                 .collect();

@@ -19,7 +19,6 @@ use crate::row::Row;
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
@@ -32,9 +31,8 @@ use tantivy::{Index, IndexReader, Term, collector::TopDocs, doc};
 
 const ANALYZER: &str = "capdir_en";
 /// The catalogue's words (lowercase, three letters or more), looked up for every word of every
-/// row when an index is built or changed: hashed with foldhash, seeded anew for each set,
-/// which at 10,000 rows takes a third of the time SipHash did.
-pub type Vocabulary = HashSet<String, foldhash::fast::RandomState>;
+/// row when an index is built or changed.
+pub type Vocabulary = crate::FastSet<String>;
 
 /// The row vectors' file in the index folder.
 pub const SEMANTIC_FILE: &str = "semantic.bin";

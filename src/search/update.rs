@@ -36,9 +36,6 @@ const DELETED_SHARE: f64 = 0.2;
 const META: &str = "meta.json";
 const MANAGED: &str = ".managed.json";
 
-/// Key → text digest, hashed with foldhash (made for every row each time an index is read).
-type Texts = HashMap<String, u64, foldhash::fast::RandomState>;
-
 /// A site's index, held in memory, that a few rows can be changed in.
 #[derive(Clone)]
 pub struct IndexState {
@@ -54,7 +51,7 @@ pub struct IndexState {
     terms: Arc<Terms>,
     /// Key → a digest of the text its document indexes: a row changed in nothing the index
     /// holds (its examples, its flags) keeps its document, and the index its statistics.
-    texts: Arc<Texts>,
+    texts: Arc<crate::FastMap<String, u64>>,
     /// The row vectors, in `rows.json`'s order (none for an index built without them).
     vectors: Option<Arc<super::semantic::RowVectors>>,
 }
