@@ -1,6 +1,6 @@
 //! `.checked`, beside a built site: the row files the site's gate found clean (no diagnostic
 //! at all), each with the SHA-256 of its bytes and of the row the snapshot holds for it
-//! ([`snapshot::column_digest`]).
+//! ([`snapshot::column_digest`]), and the file's stamp as it was read ([`Stamp`]).
 //!
 //! A rebuild in place ([`super::incremental`]) takes a file whose bytes have the recorded
 //! digest, while the snapshot's row of that file still has the recorded digest, as the row the
@@ -9,6 +9,13 @@
 //! are content-addressed: an entry that matches the file or the snapshot no more is not used,
 //! so a stale or damaged list costs time, never a check. At 10,000 rows the rules of one file
 //! are most of a rebuild's opening (two YAML parses a file). Hidden, so in no manifest.
+//!
+//! A file whose stamp is the recorded one is not even read: its bytes are taken to be those
+//! the digest was made of, as Git's index takes a file whose stat data it recorded as
+//! unchanged. Reading every row file was the largest part of a rebuild's opening at 10,000
+//! rows (four system calls a file, 80 ms); a stamp costs one. Like Git, a stamp is recorded
+//! only for a file last changed well before it was read (a file changed again within the
+//! clock's tick could keep its stamp), so a file just written is read again next time.
 
 use crate::build::snapshot;
 use crate::check::Checked;
@@ -19,24 +26,108 @@ use sha2::{Digest as _, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 /// The list's file name in the site.
 pub const FILE: &str = ".checked";
 
+/// The list's first line: a list without it (of an older capdir) is not read.
+const HEADER: &str = "capdir checked 2";
+
 /// A SHA-256.
 pub type Digest = [u8; 32];
 
-/// The clean files of a site's catalogue, by file name: the digest of the file's bytes and of
-/// its row's columns.
+/// What a file's metadata says of its bytes without reading them: its size, the times its
+/// bytes and its inode last changed (to the nanosecond) and its inode number. A write changes
+/// the change time whatever it does to the others, and no program can set that one back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    size: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+    inode: u64,
+}
+
+/// How long before it was read a file must have last changed for its stamp to be recorded:
+/// well over the tick of the clock file times are taken from (a few milliseconds).
+const SETTLED: Duration = Duration::from_secs(2);
+
+impl Stamp {
+    /// The stamp `meta` gives a file.
+    #[cfg(unix)]
+    pub fn of(meta: &std::fs::Metadata) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        Some(Stamp {
+            size: meta.size(),
+            modified: (meta.mtime(), meta.mtime_nsec()),
+            changed: (meta.ctime(), meta.ctime_nsec()),
+            inode: meta.ino(),
+        })
+    }
+
+    #[cfg(not(unix))]
+    pub fn of(_: &std::fs::Metadata) -> Option<Stamp> {
+        None
+    }
+
+    /// The stamp to record of a file of metadata `meta` read from `read_at` on: none when it
+    /// changed less than [`SETTLED`] before (or after: a clock set back).
+    pub fn settled(meta: &std::fs::Metadata, read_at: SystemTime) -> Option<Stamp> {
+        let stamp = Stamp::of(meta)?;
+        let changed = SystemTime::UNIX_EPOCH.checked_add(Duration::new(
+            u64::try_from(stamp.changed.0).ok()?,
+            u32::try_from(stamp.changed.1).ok()?,
+        ))?;
+        let modified = meta.modified().ok()?;
+        let last = changed.max(modified);
+        (last + SETTLED <= read_at).then_some(stamp)
+    }
+
+    fn render(&self) -> String {
+        let Stamp {
+            size,
+            modified: (ms, mn),
+            changed: (cs, cn),
+            inode,
+        } = self;
+        format!("{size}:{ms}.{mn}:{cs}.{cn}:{inode}")
+    }
+
+    fn parse(text: &str) -> Option<Stamp> {
+        let pair = |t: &str| -> Option<(i64, i64)> {
+            let (s, n) = t.split_once('.')?;
+            Some((s.parse().ok()?, n.parse().ok()?))
+        };
+        let mut parts = text.split(':');
+        let stamp = Stamp {
+            size: parts.next()?.parse().ok()?,
+            modified: pair(parts.next()?)?,
+            changed: pair(parts.next()?)?,
+            inode: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(stamp)
+    }
+}
+
+/// A clean file's entry: the digests of its bytes and of its row's columns, and its stamp
+/// when it was read, if settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    bytes: Digest,
+    row: Digest,
+    stamp: Option<Stamp>,
+}
+
+/// The clean files of a site's catalogue, by file name.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Clean {
     /// Sorted by name, each name once: found by halving, compared and written as it is (a map
     /// hashed every name of 10,000 three times a rebuild, and was sorted to be written).
-    files: Vec<(String, (Digest, Digest))>,
+    files: Vec<(String, Entry)>,
 }
 
 /// `files` sorted by name, each name once (the last entry of a name kept).
-fn sorted(mut files: Vec<(String, (Digest, Digest))>) -> Vec<(String, (Digest, Digest))> {
+fn sorted(mut files: Vec<(String, Entry)>) -> Vec<(String, Entry)> {
     if !files.is_sorted_by(|a, b| a.0 < b.0) {
         files.reverse();
         files.sort_by(|a, b| a.0.cmp(&b.0));
@@ -57,13 +148,26 @@ impl Clean {
         let Ok(text) = std::fs::read_to_string(site.join(FILE)) else {
             return Clean::default();
         };
+        let mut lines = text.lines();
+        if lines.next() != Some(HEADER) {
+            return Clean::default();
+        }
         let hex32 = |s: &str| hex::decode_to_array::<_, 32>(s).ok();
-        let files = text
-            .lines()
+        let files = lines
             .filter_map(|line| {
-                let mut parts = line.splitn(3, ' ');
-                let (bytes, row, name) = (parts.next()?, parts.next()?, parts.next()?);
-                Some((name.to_string(), (hex32(bytes)?, hex32(row)?)))
+                let mut parts = line.splitn(4, ' ');
+                let (bytes, row, stamp, name) =
+                    (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+                let stamp = match stamp {
+                    "-" => None,
+                    s => Some(Stamp::parse(s)?),
+                };
+                let entry = Entry {
+                    bytes: hex32(bytes)?,
+                    row: hex32(row)?,
+                    stamp,
+                };
+                Some((name.to_string(), entry))
             })
             .collect();
         Clean {
@@ -72,7 +176,7 @@ impl Clean {
     }
 
     /// The entry of the file `name`.
-    fn get(&self, name: &str) -> Option<&(Digest, Digest)> {
+    fn get(&self, name: &str) -> Option<&Entry> {
         let at = self
             .files
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
@@ -82,35 +186,79 @@ impl Clean {
 
     /// Write the list into `site`, replacing the one there whole.
     pub fn write(&self, site: &Path) -> Result<()> {
-        let mut text = String::with_capacity(self.files.len() * 160);
-        for (name, (bytes, row)) in &self.files {
-            let _ = writeln!(text, "{} {} {name}", hex::encode(bytes), hex::encode(row));
+        let mut text = String::with_capacity(self.files.len() * 200);
+        text.push_str(HEADER);
+        text.push('\n');
+        for (name, e) in &self.files {
+            let stamp = e.stamp.map_or_else(|| "-".to_string(), |s| s.render());
+            let _ = writeln!(
+                text,
+                "{} {} {stamp} {name}",
+                hex::encode(e.bytes),
+                hex::encode(e.row)
+            );
         }
         super::incremental::replace(&site.join(FILE), text.as_bytes())
     }
 
+    /// Whether the file `name` can be left unread: the list has it with a stamp, and `meta`
+    /// (its metadata now) gives the same.
+    pub fn unchanged(&self, name: &str, meta: &std::fs::Metadata) -> bool {
+        self.get(name)
+            .and_then(|e| e.stamp)
+            .is_some_and(|stamp| Stamp::of(meta) == Some(stamp))
+    }
+
     /// The clean files of `checked`, the gate's verdict on `files` (`digests[i]` is the digest
-    /// of `files[i]`): a file is clean when it made a row and no diagnostic names it. The
-    /// entries of `kept` (files the gate took as checked) carry over as they are.
-    pub fn of(files: &[SourceFile], digests: &[Digest], checked: &Checked, kept: &Clean) -> Clean {
+    /// of `files[i]`, `stamps[i]` its settled stamp) and on the files it left unread: a file is
+    /// clean when it made a row and no diagnostic names it. The entries of `kept` (files the
+    /// gate took as checked, read or not) carry over, with the stamp a file has now if read.
+    pub fn of(
+        files: &[SourceFile],
+        digests: &[Digest],
+        stamps: &[Option<Stamp>],
+        checked: &Checked,
+        kept: &Clean,
+    ) -> Clean {
         let named: HashSet<&Path> = checked.diags.iter().map(|d| d.path.as_path()).collect();
         let rows: HashMap<&Path, &Row> =
             checked.rows.iter().map(|r| (r.path.as_path(), r)).collect();
-        let files = files
+        let read: HashSet<&str> = files.iter().map(SourceFile::file_name).collect();
+        let mut list: Vec<(String, Entry)> = files
             .iter()
             .zip(digests)
-            .filter(|(f, _)| !named.contains(f.path.as_path()))
-            .filter_map(|(f, digest)| {
+            .zip(stamps.iter().chain(std::iter::repeat(&None)))
+            .filter(|((f, _), _)| !named.contains(f.path.as_path()))
+            .filter_map(|((f, digest), stamp)| {
                 let name = f.file_name();
-                if let Some(entry) = kept.get(name).filter(|(b, _)| b == digest) {
-                    return Some((name.to_string(), *entry));
+                if let Some(entry) = kept.get(name).filter(|e| e.bytes == *digest) {
+                    let stamp = *stamp;
+                    return Some((name.to_string(), Entry { stamp, ..*entry }));
                 }
                 let row = rows.get(f.path.as_path())?;
-                Some((name.to_string(), (*digest, snapshot::column_digest(row))))
+                let entry = Entry {
+                    bytes: *digest,
+                    row: snapshot::column_digest(row),
+                    stamp: *stamp,
+                };
+                Some((name.to_string(), entry))
             })
             .collect();
+        // The files left unread keep their entries, unless a rule across rows named one.
+        let named_names: HashSet<&str> = named
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str())
+            .collect();
+        list.extend(
+            kept.files
+                .iter()
+                .filter(|(name, _)| {
+                    !read.contains(name.as_str()) && !named_names.contains(name.as_str())
+                })
+                .cloned(),
+        );
         Clean {
-            files: sorted(files),
+            files: sorted(list),
         }
     }
 
@@ -118,14 +266,32 @@ impl Clean {
     /// (`digest`) and `row` (the snapshot's row of the file) is the row it recorded: a copy of
     /// `row` that knows where its fields sit in the file.
     pub fn reuse(&self, file: &SourceFile, digest: &Digest, row: Option<&Row>) -> Option<Row> {
-        let (bytes, columns) = self.get(file.file_name())?;
+        let entry = self.get(file.file_name())?;
         let row = row?;
-        if bytes != digest || row.path != file.path || snapshot::column_digest(row) != *columns {
+        if entry.bytes != *digest
+            || row.path != file.path
+            || snapshot::column_digest(row) != entry.row
+        {
             return None;
         }
         let text = std::str::from_utf8(&file.bytes).ok()?;
         Some(Row {
             spans: crate::row::Spans::of(text),
+            ..row.clone()
+        })
+    }
+
+    /// [`Clean::reuse`] for the file at `path`, left unread for its stamp: the snapshot's
+    /// `row`, when it is the row the list recorded for the file. It reads the file only if a
+    /// diagnostic asks where a field sits.
+    pub fn reuse_unread(&self, path: &Path, row: Option<&Row>) -> Option<Row> {
+        let entry = self.get(path.file_name()?.to_str()?)?;
+        let row = row?;
+        if entry.stamp.is_none() || row.path != path || snapshot::column_digest(row) != entry.row {
+            return None;
+        }
+        Some(Row {
+            spans: crate::row::Spans::in_file(path),
             ..row.clone()
         })
     }
@@ -174,7 +340,7 @@ mod tests {
         let checked = crate::check::check_files(&files);
         assert!(checked.diags.iter().any(|d| d.path.ends_with("BAD.yaml")));
         let digests: Vec<Digest> = files.iter().map(bytes_digest).collect();
-        let clean = Clean::of(&files, &digests, &checked, &Clean::default());
+        let clean = Clean::of(&files, &digests, &[], &checked, &Clean::default());
         assert_eq!(clean.len(), 1, "only the clean file: {clean:?}");
 
         let row = checked.rows.iter().find(|r| r.key == "ECHO_ME").unwrap();
@@ -215,20 +381,25 @@ mod tests {
         let names: Vec<String> = (0..50)
             .map(|i| format!("R{:03}.yaml", (i * 37) % 50))
             .collect();
-        let mut text = String::new();
+        let mut text = format!("{HEADER}\n");
         for (i, name) in names.iter().enumerate() {
-            text.push_str(&format!("{} {} {name}\n", hex(i as u8), hex(1)));
+            text.push_str(&format!("{} {} - {name}\n", hex(i as u8), hex(1)));
         }
-        text.push_str(&format!("{} {} R007.yaml\n", hex(200), hex(2)));
+        text.push_str(&format!("{} {} - R007.yaml\n", hex(200), hex(2)));
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(FILE), &text).unwrap();
         let clean = Clean::read(dir.path());
         assert_eq!(clean.len(), 50);
         for (i, name) in names.iter().enumerate() {
-            let want = if name == "R007.yaml" {
+            let (bytes, row) = if name == "R007.yaml" {
                 ([200; 32], [2; 32])
             } else {
                 ([i as u8; 32], [1; 32])
+            };
+            let want = Entry {
+                bytes,
+                row,
+                stamp: None,
             };
             assert_eq!(clean.get(name), Some(&want), "{name}");
         }
@@ -239,5 +410,68 @@ mod tests {
         assert_eq!(clean.only(&names), clean);
         clean.write(dir.path()).unwrap();
         assert_eq!(Clean::read(dir.path()), clean);
+    }
+
+    /// A stamp is recorded only for a file that settled before it was read; it reads back as
+    /// written; a file is left unread only while its metadata gives the recorded stamp, and
+    /// only the list's own format is read.
+    #[test]
+    fn a_file_is_left_unread_only_with_its_settled_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ECHO_ME.yaml");
+        std::fs::write(&path, ROW).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let now = SystemTime::now();
+        assert_eq!(
+            Stamp::settled(&meta, now),
+            None,
+            "just written: not settled"
+        );
+        let later = now + SETTLED + Duration::from_secs(1);
+        let stamp = Stamp::settled(&meta, later).expect("settled by then");
+        assert_eq!(Stamp::parse(&stamp.render()), Some(stamp));
+        assert_eq!(Stamp::parse("1:2.3:4.5"), None);
+        assert_eq!(Stamp::parse("1:2.3:4.5:6:7"), None);
+
+        let files = vec![SourceFile {
+            path: path.clone(),
+            bytes: ROW.as_bytes().to_vec(),
+        }];
+        let checked = crate::check::check_files(&files);
+        let digests: Vec<Digest> = files.iter().map(bytes_digest).collect();
+        let clean = Clean::of(
+            &files,
+            &digests,
+            &[Some(stamp)],
+            &checked,
+            &Clean::default(),
+        );
+        let site = tempfile::tempdir().unwrap();
+        clean.write(site.path()).unwrap();
+        let clean = Clean::read(site.path());
+        assert!(clean.unchanged("ECHO_ME.yaml", &meta));
+        assert!(!clean.unchanged("OTHER.yaml", &meta));
+        let row = &checked.rows[0];
+        let again = clean.reuse_unread(&path, Some(row)).expect("taken unread");
+        assert!(snapshot::same_columns(&again, row));
+        assert_eq!(again.spans.key("type"), (2, 1), "read when asked");
+
+        // Rewritten with the same bytes, the file has another stamp.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&path, ROW).unwrap();
+        assert!(!clean.unchanged("ECHO_ME.yaml", &std::fs::metadata(&path).unwrap()));
+        // Another row in the snapshot: not taken.
+        let mut other = row.clone();
+        other.category = "elsewhere".into();
+        assert!(clean.reuse_unread(&path, Some(&other)).is_none());
+        // Without a stamp, never left unread.
+        let unstamped = Clean::of(&files, &digests, &[None], &checked, &Clean::default());
+        assert!(!unstamped.unchanged("ECHO_ME.yaml", &meta));
+        assert!(unstamped.reuse_unread(&path, Some(row)).is_none());
+        // A list of the older format (no header line) is not read.
+        let text = std::fs::read_to_string(site.path().join(FILE)).unwrap();
+        let body = text.split_once('\n').unwrap().1;
+        std::fs::write(site.path().join(FILE), body).unwrap();
+        assert!(Clean::read(site.path()).is_empty());
     }
 }

@@ -18,7 +18,6 @@ pub mod site;
 pub mod snapshot;
 
 use crate::build::contract::{Contract, Tombstone};
-use crate::check::check_files;
 use crate::row::Row;
 use crate::row::catalogue;
 use crate::row::diag::{Diagnostic, Format, render};
@@ -140,8 +139,7 @@ impl Steps {
 pub(crate) fn read_checked(
     catalogue: &Path,
 ) -> Result<(crate::check::Checked, checked::Clean), BuildError> {
-    let (files, digests) = read_files(catalogue)?;
-    gate(&files, &digests, None).map(|g| (g.checked, g.clean))
+    gate(read_files(catalogue, None)?, None).map(|g| (g.checked, g.clean))
 }
 
 /// What the gate said of a catalogue's files.
@@ -152,52 +150,124 @@ pub(crate) struct Gated {
     /// The names of the files it took as checked before, byte for byte: each one's row is the
     /// snapshot's row of that file (`Clean::reuse`).
     pub reused: Vec<String>,
+    /// How many of those it did not read, for their stamps.
+    pub unread: usize,
 }
 
-/// The catalogue's files and the digest of each.
+/// A catalogue's files as read for the gate.
+pub(crate) struct Read {
+    pub files: Vec<catalogue::SourceFile>,
+    /// The digest of each file's bytes.
+    pub digests: Vec<checked::Digest>,
+    /// Each file's stamp, when it had settled before it was read.
+    pub stamps: Vec<Option<checked::Stamp>>,
+    /// The files left unread: `clean` lists each with the stamp it has.
+    pub unread: Vec<PathBuf>,
+}
+
+impl Read {
+    /// Read the file at `path` too.
+    fn add(&mut self, path: PathBuf, read_at: std::time::SystemTime) -> std::io::Result<()> {
+        let (file, meta) = catalogue::read_file(path)?;
+        self.digests.push(checked::bytes_digest(&file));
+        self.stamps.push(checked::Stamp::settled(&meta, read_at));
+        self.files.push(file);
+        Ok(())
+    }
+}
+
+/// The catalogue's files, but those `clean` (the site's list of clean files) has with the
+/// stamp they have now.
 pub(crate) fn read_files(
     catalogue: &Path,
-) -> Result<(Vec<catalogue::SourceFile>, Vec<checked::Digest>), BuildError> {
-    let files = catalogue::read_dir(catalogue)
-        .with_context(|| format!("cannot read catalogue directory {}", catalogue.display()))?;
-    let digests = files.iter().map(checked::bytes_digest).collect();
-    Ok((files, digests))
+    clean: Option<&checked::Clean>,
+) -> Result<Read, BuildError> {
+    let read_at = std::time::SystemTime::now();
+    let (files, unread) = catalogue::read_dir_except(catalogue, |name, entry| {
+        clean.is_some_and(|c| entry.metadata().is_ok_and(|m| c.unchanged(name, &m)))
+    })
+    .with_context(|| format!("cannot read catalogue directory {}", catalogue.display()))?;
+    let mut read = Read {
+        files: Vec::with_capacity(files.len()),
+        digests: Vec::with_capacity(files.len()),
+        stamps: Vec::with_capacity(files.len()),
+        unread,
+    };
+    for (file, meta) in files {
+        read.digests.push(checked::bytes_digest(&file));
+        read.stamps.push(checked::Stamp::settled(&meta, read_at));
+        read.files.push(file);
+    }
+    Ok(read)
 }
 
-/// `files` through the gate: an error lists every problem. With `before` (the clean files of
-/// the site's last gate, and the rows its snapshot holds), a file it lists with the same bytes
-/// and row is not checked again by the rules of one file (`checked`).
+/// The files of `read` through the gate: an error lists every problem. With `before` (the
+/// clean files of the site's last gate, and the rows its snapshot holds), a file it lists with
+/// the same bytes and row is not checked again by the rules of one file (`checked`), and a
+/// file left unread for its stamp has the snapshot's row (or is read now, when the snapshot
+/// holds another).
 pub(crate) fn gate(
-    files: &[catalogue::SourceFile],
-    digests: &[checked::Digest],
+    mut read: Read,
     before: Option<(&checked::Clean, &[Row])>,
 ) -> Result<Gated, BuildError> {
     // The files taken as checked: their entries of the list carry over.
     let reused = std::sync::Mutex::new(Vec::new());
-    let checked = match before {
-        None => check_files(files),
-        Some((clean, rows)) => {
-            let digest_of: crate::FastMap<&Path, &checked::Digest> = files
-                .iter()
-                .zip(digests)
-                .map(|(f, d)| (f.path.as_path(), d))
-                .collect();
-            let row_of: crate::FastMap<&str, &Row> = rows
-                .iter()
-                .filter_map(|r| Some((r.path.file_name()?.to_str()?, r)))
-                .collect();
-            crate::check::check_files_known(files, &|file| {
-                let row = clean.reuse(
-                    file,
-                    digest_of.get(file.path.as_path())?,
-                    row_of.get(file.file_name()).copied(),
-                )?;
+    let row_of: crate::FastMap<&str, &Row> = before
+        .into_iter()
+        .flat_map(|(_, rows)| rows)
+        .filter_map(|r| Some((r.path.file_name()?.to_str()?, r)))
+        .collect();
+    // The files left unread: the snapshot's row of each, or the file read after all.
+    let read_at = std::time::SystemTime::now();
+    let mut unread_rows = Vec::new();
+    for path in std::mem::take(&mut read.unread) {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let row =
+            before.and_then(|(clean, _)| clean.reuse_unread(&path, row_of.get(name).copied()));
+        match row {
+            Some(row) => {
                 reused
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .push(file.file_name().to_string());
-                Some(row)
-            })
+                    .push(name.to_string());
+                unread_rows.push(row);
+            }
+            None => read
+                .add(path.clone(), read_at)
+                .with_context(|| format!("reading {}", path.display()))?,
+        }
+    }
+    let unread = unread_rows.len();
+    let Read {
+        files,
+        digests,
+        stamps,
+        ..
+    } = read;
+    let checked = match before {
+        None => crate::check::check_files_known(&files, &|_| None, unread_rows),
+        Some((clean, _)) => {
+            let digest_of: crate::FastMap<&Path, &checked::Digest> = files
+                .iter()
+                .zip(&digests)
+                .map(|(f, d)| (f.path.as_path(), d))
+                .collect();
+            crate::check::check_files_known(
+                &files,
+                &|file| {
+                    let row = clean.reuse(
+                        file,
+                        digest_of.get(file.path.as_path())?,
+                        row_of.get(file.file_name()).copied(),
+                    )?;
+                    reused
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(file.file_name().to_string());
+                    Some(row)
+                },
+                unread_rows,
+            )
         }
     };
     if checked.has_errors() {
@@ -211,11 +281,12 @@ pub(crate) fn gate(
     let kept = before
         .map(|(clean, _)| clean.only(&reused))
         .unwrap_or_default();
-    let clean = checked::Clean::of(files, digests, &checked, &kept);
+    let clean = checked::Clean::of(&files, &digests, &stamps, &checked, &kept);
     Ok(Gated {
         checked,
         clean,
         reused,
+        unread,
     })
 }
 

@@ -28,7 +28,18 @@ const READ_CAP: u64 = 64 * 1024 * 1024;
 
 /// Every row file directly in `dir`, sorted by name.
 pub fn read_dir(dir: &Path) -> io::Result<Vec<SourceFile>> {
-    let mut files = Vec::new();
+    let (files, _) = read_dir_except(dir, |_, _| false)?;
+    Ok(files.into_iter().map(|(f, _)| f).collect())
+}
+
+/// [`read_dir`], but for the files `leave` says to leave unread (given each one's name and
+/// directory entry): the files read, each with the metadata of the file as opened, and the
+/// paths of those left, both sorted by name.
+pub fn read_dir_except(
+    dir: &Path,
+    leave: impl Fn(&str, &std::fs::DirEntry) -> bool,
+) -> io::Result<(Vec<Opened>, Vec<PathBuf>)> {
+    let (mut files, mut left) = (Vec::new(), Vec::new());
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
@@ -36,24 +47,37 @@ pub fn read_dir(dir: &Path) -> io::Result<Vec<SourceFile>> {
         if !is_row_file(name) || !entry.file_type()?.is_file() {
             continue;
         }
-        let path = dir.join(name);
-        // Opened once, its size from the open file, and read up to that size, as Git reads
-        // a file it has the size of: a rebuild reads every row file, and `metadata` with
-        // `fs::read` cost two syscalls more each (one to learn the size again, one to see the
-        // end). A file that grows while it is read is read as it was when opened.
-        let file = std::fs::File::open(&path)?;
-        let size = file.metadata()?.len();
-        let bytes = if size > READ_CAP {
-            vec![0; (crate::row::MAX_ROW_BYTES + 1).min(READ_CAP as usize)]
-        } else {
-            let mut bytes = Vec::with_capacity(size as usize);
-            io::Read::read_to_end(&mut io::Read::take(&file, size), &mut bytes)?;
-            bytes
-        };
-        files.push(SourceFile { path, bytes });
+        if leave(name, &entry) {
+            left.push(dir.join(name));
+            continue;
+        }
+        files.push(read_file(dir.join(name))?);
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
+    files.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    left.sort();
+    Ok((files, left))
+}
+
+/// A row file as read, with the metadata of the file as opened.
+pub type Opened = (SourceFile, std::fs::Metadata);
+
+/// The row file at `path`, with the metadata of the file as opened.
+pub fn read_file(path: PathBuf) -> io::Result<Opened> {
+    // Opened once, its size from the open file, and read up to that size, as Git reads a
+    // file it has the size of: a rebuild reads every row file, and `metadata` with `fs::read`
+    // cost two syscalls more each (one to learn the size again, one to see the end). A file
+    // that grows while it is read is read as it was when opened.
+    let file = std::fs::File::open(&path)?;
+    let meta = file.metadata()?;
+    let size = meta.len();
+    let bytes = if size > READ_CAP {
+        vec![0; (crate::row::MAX_ROW_BYTES + 1).min(READ_CAP as usize)]
+    } else {
+        let mut bytes = Vec::with_capacity(size as usize);
+        io::Read::read_to_end(&mut io::Read::take(&file, size), &mut bytes)?;
+        bytes
+    };
+    Ok((SourceFile { path, bytes }, meta))
 }
 
 #[cfg(test)]

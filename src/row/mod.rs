@@ -162,13 +162,17 @@ pub fn split_content(content: &str) -> Content {
 #[derive(Debug, Clone, Default)]
 pub struct Spans {
     text: Option<std::sync::Arc<str>>,
+    /// The file the text is read from when first asked, for a row taken as checked without
+    /// reading its file (`build::checked`).
+    file: Option<std::sync::Arc<Path>>,
+    read: std::sync::OnceLock<Option<std::sync::Arc<str>>>,
     located: std::sync::OnceLock<Located>,
 }
 
 /// Equal when made from the same text.
 impl PartialEq for Spans {
     fn eq(&self, other: &Spans) -> bool {
-        self.text == other.text
+        self.text() == other.text()
     }
 }
 
@@ -189,13 +193,34 @@ impl Spans {
     pub fn of(text: &str) -> Spans {
         Spans {
             text: Some(text.into()),
-            located: Default::default(),
+            ..Spans::default()
         }
+    }
+
+    /// The spans of the text of the file at `path`, read when first asked for (a file that
+    /// does not read then has none).
+    pub fn in_file(path: &Path) -> Spans {
+        Spans {
+            file: Some(path.into()),
+            ..Spans::default()
+        }
+    }
+
+    fn text(&self) -> Option<&str> {
+        if let Some(text) = &self.text {
+            return Some(text);
+        }
+        self.read
+            .get_or_init(|| {
+                let file = self.file.as_deref()?;
+                Some(std::fs::read_to_string(file).ok()?.into())
+            })
+            .as_deref()
     }
 
     fn located(&self) -> &Located {
         self.located
-            .get_or_init(|| self.text.as_deref().map(locate).unwrap_or_default())
+            .get_or_init(|| self.text().map(locate).unwrap_or_default())
     }
 
     /// Position of a field's value, else its key, else the top of the file.
@@ -225,8 +250,7 @@ impl Spans {
     /// Position of the node at a JSON pointer inside a field (`input_schema`,
     /// `/properties/a/type`), else of the field's value.
     pub fn at_pointer(&self, field: &str, pointer: &str) -> (usize, usize) {
-        self.text
-            .as_deref()
+        self.text()
             .and_then(|t| locate_path(t, field, pointer))
             .unwrap_or_else(|| self.value(field))
     }
