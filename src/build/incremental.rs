@@ -204,13 +204,8 @@ impl Built {
         // the order it was found in before: the gate decides first.
         let snapshot_path = out.join("catalogue.sqlite");
         let panicked = |what: &str| BuildError::Other(anyhow::anyhow!("reading {what} panicked"));
-        let (files, snap, rest) = std::thread::scope(|s| {
-            let snap = s.spawn(|| {
-                Some((
-                    snapshot::open(&snapshot_path).ok()?,
-                    snapshot::built(&snapshot_path).ok()?,
-                ))
-            });
+        let (files, snap, extras, rest) = std::thread::scope(|s| {
+            let snap = s.spawn(|| snapshot::open(&snapshot_path).ok());
             let rest = s.spawn(|| {
                 let history = history::read_cached(
                     &opts.catalogue,
@@ -218,15 +213,21 @@ impl Built {
                     crate::cores(),
                     None,
                 );
+                // The word vectors: the index's row vectors are read against them, and a
+                // changed row is weighed with them (25 ms, most of it the tokenizer's JSON).
+                let _ = crate::search::semantic::model();
                 (history, site::tera())
             });
-            // The files the list has with the stamps they have now are not read.
+            // The files the list has with the stamps they have now are not read (most of
+            // them, mostly): the rest of the snapshot is read after them, on this thread.
             let clean = Clean::read(out);
             let files = super::read_files(&opts.catalogue, Some(&clean));
-            (files.map(|f| (f, clean)), snap.join(), rest.join())
+            let extras = snapshot::built(&snapshot_path).ok();
+            (files.map(|f| (f, clean)), snap.join(), extras, rest.join())
         });
         let (history, tera) = rest.map_err(|_| panicked("the history"))?;
-        let Some((snap, extras)) = snap.map_err(|_| panicked("the snapshot"))? else {
+        let (Some(snap), Some(mut extras)) = (snap.map_err(|_| panicked("the snapshot"))?, extras)
+        else {
             return Ok(Opened::Full("the site's snapshot does not read".into()));
         };
         let (files, clean) = files?;
@@ -234,13 +235,6 @@ impl Built {
             let index = s.spawn(|| IndexState::read(&out.join("index"), &snap.rows));
             let gated = super::gate(files, Some((&clean, &snap.rows)));
             (gated, index.join())
-        });
-        // The word vectors a changed row is weighed with are decoded (25 ms, most of it the
-        // tokenizer's JSON) while the rest of the opening runs on one core, rather than in the
-        // middle of applying the change, or earlier, where three reads already share the two
-        // cores. A rebuild that changes nothing does not wait for it.
-        std::thread::spawn(|| {
-            let _ = crate::search::semantic::model();
         });
         let super::Gated {
             checked,
@@ -278,6 +272,8 @@ impl Built {
         let mut rows: BTreeMap<String, Arc<Row>> = BTreeMap::new();
         let mut delta = Delta::default();
         let mut fresh: Vec<Row> = Vec::new();
+        // The snapshot's copies of rows unchanged.
+        let mut discarded: Vec<Row> = Vec::with_capacity(live_rows);
         let mut now = now.into_iter().peekable();
         let mut before = before.into_iter().peekable();
         loop {
@@ -303,7 +299,7 @@ impl Built {
                 }
                 std::cmp::Ordering::Equal => {}
             }
-            let (Some(old), Some(new)) = (before.next(), now.next()) else {
+            let (Some(mut old), Some(new)) = (before.next(), now.next()) else {
                 break;
             };
             let file = file_name(&new);
@@ -316,9 +312,14 @@ impl Built {
                 rows.insert(old.key.clone(), Arc::new(old));
             } else {
                 // Unchanged: the parsed row, which knows where its fields are.
-                rows.insert(old.key, Arc::new(new));
+                rows.insert(std::mem::take(&mut old.key), Arc::new(new));
+                discarded.push(old);
             }
         }
+        // Freed on a thread of their own, with the snapshot's histories: at 10,000 rows a
+        // third of this last part of the opening, which runs on one core.
+        let histories = std::mem::take(&mut extras.histories);
+        std::thread::spawn(move || drop((discarded, histories)));
         let fresh_keys: std::collections::HashSet<String> =
             fresh.iter().map(|r| r.key.clone()).collect();
         delta.upserts.extend(fresh);
