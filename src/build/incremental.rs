@@ -135,6 +135,14 @@ pub struct Applied {
     pub steps: Vec<(&'static str, Duration)>,
 }
 
+/// What [`Built::apply_rows`] changed: the keys of the rows changed, the fingerprints that
+/// changed, and the keys of rows gone (removed or disabled).
+struct RowsApplied {
+    changed: Vec<String>,
+    prints_changed: HashMap<String, String>,
+    gone: Vec<String>,
+}
+
 /// A built site held in memory, ready to be changed a few rows at a time.
 pub struct Built {
     catalogue: PathBuf,
@@ -425,27 +433,20 @@ impl Built {
     /// what is written, in which order. `self.history` must already hold the commits that
     /// made the change; `staged` is the index [`Built::stage_index`] made for this very
     /// change, if any. The build facts name `head`.
-    pub fn apply(
+    /// The rows of `delta` into this model (rows, counts, stale pages, fingerprints), and
+    /// the contracts of the rows it changes written: what [`Built::apply`] does beside the
+    /// index.
+    fn apply_rows(
         &mut self,
-        delta: Delta,
-        staged: Option<IndexState>,
+        delta: &Delta,
         head: Option<&history::CommitInfo>,
-    ) -> Result<Applied> {
-        let mut steps = Vec::new();
+        steps: &mut Vec<(&'static str, Duration)>,
+    ) -> Result<RowsApplied> {
         let mut clock = Instant::now();
         let mut lap = |name: &'static str, clock: &mut Instant| {
             steps.push((name, clock.elapsed()));
             *clock = Instant::now();
         };
-        let staged = match staged {
-            Some(s) => s,
-            None => {
-                let upserts: Vec<&Row> = delta.upserts.iter().collect();
-                let removed: Vec<&str> = delta.removed.iter().map(String::as_str).collect();
-                self.index.change(&upserts, &removed)?
-            }
-        };
-        lap("index", &mut clock);
         let changed: Vec<String> = delta
             .upserts
             .iter()
@@ -570,7 +571,60 @@ impl Built {
         }
         site::append_page_inputs(&self.out, &inputs)?;
         lap("contracts", &mut clock);
+        Ok(RowsApplied {
+            changed,
+            prints_changed,
+            gone,
+        })
+    }
 
+    pub fn apply(
+        &mut self,
+        delta: Delta,
+        staged: Option<IndexState>,
+        head: Option<&history::CommitInfo>,
+    ) -> Result<Applied> {
+        let mut steps = Vec::new();
+        // The index is changed in memory on a thread of its own while the rows, their
+        // fingerprints and their contracts are (at 10,000 rows each part was half of this
+        // step, one after the other, and the other core was idle). A change of the index that
+        // fails now fails after the contracts were written: `capdir build` then builds anew,
+        // and a write (which stages its index first) never gets here without one.
+        let (staged, done) = std::thread::scope(|s| {
+            let thread = staged.is_none().then(|| {
+                let index = self.index.clone();
+                let delta = &delta;
+                s.spawn(move || {
+                    let clock = Instant::now();
+                    let upserts: Vec<&Row> = delta.upserts.iter().collect();
+                    let removed: Vec<&str> = delta.removed.iter().map(String::as_str).collect();
+                    index
+                        .change(&upserts, &removed)
+                        .map(|i| (i, clock.elapsed()))
+                })
+            });
+            let done = self.apply_rows(&delta, head, &mut steps);
+            let staged = match (staged, thread) {
+                (Some(staged), _) => Ok((staged, Duration::ZERO)),
+                (None, Some(thread)) => thread
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("changing the index panicked"))),
+                (None, None) => Err(anyhow::anyhow!("no index to change")),
+            };
+            (staged, done)
+        });
+        let (staged, took) = staged?;
+        steps.insert(0, ("index", took));
+        let RowsApplied {
+            changed,
+            prints_changed,
+            gone,
+        } = done?;
+        let mut clock = Instant::now();
+        let mut lap = |name: &'static str, clock: &mut Instant| {
+            steps.push((name, clock.elapsed()));
+            *clock = Instant::now();
+        };
         staged.write(&self.out.join("index"), &self.index)?;
         self.touched.insert("index/".into());
         self.index = staged;
