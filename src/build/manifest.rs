@@ -232,11 +232,20 @@ pub fn write(
         expires: None,
         keys: Vec::new(),
     };
-    let text = serde_json::to_string(&manifest)? + "\n";
-    std::fs::write(dir.join(FILE), text)
+    std::fs::write(dir.join(FILE), bytes(&manifest)?)
         .with_context(|| format!("writing {}", dir.join(FILE).display()))?;
     unsigned(dir)?;
     Ok(manifest)
+}
+
+/// The manifest as written: its JSON and a newline, into a buffer with room for the whole at
+/// once (an entry is about 130 bytes; grown by doubling, the 4 MB manifest of a 10,000-row
+/// site was copied a dozen times).
+fn bytes(manifest: &Manifest) -> Result<Vec<u8>> {
+    let mut text = Vec::with_capacity(manifest.files.len() * 160 + 256);
+    serde_json::to_writer(&mut text, manifest)?;
+    text.push(b'\n');
+    Ok(text)
 }
 
 /// `f` of every item, in order, the items split across one thread per core.
@@ -339,8 +348,7 @@ pub fn update_from(
         expires: None,
         keys: Vec::new(),
     };
-    let text = serde_json::to_string(&manifest)? + "\n";
-    crate::build::incremental::replace(&site.join(FILE), text.as_bytes())?;
+    crate::build::incremental::replace(&site.join(FILE), &bytes(&manifest)?)?;
     unsigned(site)?;
     Ok(manifest)
 }
