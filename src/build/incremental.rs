@@ -253,7 +253,7 @@ impl Built {
         let clean_changed = clean_now != clean;
         // A file the gate took as checked has the snapshot's row as its row: its columns are
         // the site's, and only its history can have moved.
-        let same_row: std::collections::HashSet<&str> = reused.iter().map(String::as_str).collect();
+        let same_row: crate::FastSet<&str> = reused.iter().map(String::as_str).collect();
         let index = index.map_err(|_| panicked("the index"))?;
         if super::site_bindings(out) != checked.bindings {
             return Ok(Opened::Full("the credential bindings changed".into()));
