@@ -112,6 +112,26 @@ fn assert_same_as_cold(repo: &Repo, site: &Path, what: &str) {
     assert_eq!(listed(&manifest), listed(&cold_manifest), "{what}");
 }
 
+/// A catalogue of three rows (R_ONE, R_TWO, R_THREE) in one commit, and its site built.
+fn three_rows_built() -> (Repo, std::path::PathBuf) {
+    let repo = Repo::new();
+    for key in ["R_ONE", "R_TWO", "R_THREE"] {
+        repo.write(&format!("{key}.yaml"), &fn_row(key, "text", "An echo."));
+    }
+    repo.commit("Rows", "2024-01-01T10:00:00Z");
+    let site = repo.path().join("site");
+    build::run(&Options::new(repo.catalogue(), &site)).expect("build");
+    (repo, site)
+}
+
+/// Build in place; what it says of the opening (how many files it took as checked).
+fn opened_in_place(repo: &Repo, site: &Path) -> String {
+    let updated = incremental::build(&Options::new(repo.catalogue(), site))
+        .expect("update")
+        .expect("changed in place");
+    updated.steps[0].2.clone()
+}
+
 /// Build in place; the number of rows it changed.
 fn update(repo: &Repo, site: &Path) -> usize {
     incremental::build(&Options::new(repo.catalogue(), site))
@@ -281,19 +301,8 @@ fn an_edit_rewrites_only_its_category_page() {
 /// `an_edit_that_fails_the_gate_changes_nothing_in_place`.)
 #[test]
 fn a_rebuild_checks_again_only_the_files_that_changed() {
-    let repo = Repo::new();
-    for key in ["R_ONE", "R_TWO", "R_THREE"] {
-        repo.write(&format!("{key}.yaml"), &fn_row(key, "text", "An echo."));
-    }
-    repo.commit("Rows", "2024-01-01T10:00:00Z");
-    let site = repo.path().join("site");
-    build::run(&Options::new(repo.catalogue(), &site)).expect("build");
-    let opened = |repo: &Repo| -> String {
-        let updated = incremental::build(&Options::new(repo.catalogue(), &site))
-            .expect("update")
-            .expect("changed in place");
-        updated.steps[0].2.clone()
-    };
+    let (repo, site) = three_rows_built();
+    let opened = |repo: &Repo| opened_in_place(repo, &site);
 
     repo.write("R_TWO.yaml", &fn_row("R_TWO", "text", "An edited echo."));
     repo.commit("Edit", "2024-02-01T10:00:00Z");
@@ -323,19 +332,8 @@ fn a_rebuild_checks_again_only_the_files_that_changed() {
 /// a rule across rows that names a file left unread still says where in it.
 #[test]
 fn a_file_left_unread_for_its_stamp_is_read_again_once_its_stamp_moves() {
-    let repo = Repo::new();
-    for key in ["R_ONE", "R_TWO", "R_THREE"] {
-        repo.write(&format!("{key}.yaml"), &fn_row(key, "text", "An echo."));
-    }
-    repo.commit("Rows", "2024-01-01T10:00:00Z");
-    let site = repo.path().join("site");
-    build::run(&Options::new(repo.catalogue(), &site)).expect("build");
-    let opened = |repo: &Repo| -> String {
-        let updated = incremental::build(&Options::new(repo.catalogue(), &site))
-            .expect("update")
-            .expect("changed in place");
-        updated.steps[0].2.clone()
-    };
+    let (repo, site) = three_rows_built();
+    let opened = |repo: &Repo| opened_in_place(repo, &site);
     // Files written within the clock's last two seconds are read every time.
     let said = opened(&repo);
     assert!(
