@@ -239,6 +239,19 @@ impl Built {
             return Ok(Opened::Full("the site's snapshot does not read".into()));
         };
         let (files, clean) = files?;
+        // The rows of files left unread are the snapshot's (when the gate takes them): where
+        // their fields sit is read from their files when a diagnostic asks.
+        let mut snap = snap;
+        {
+            let unread: crate::FastSet<&Path> = files.unread.iter().map(PathBuf::as_path).collect();
+            for row in snap
+                .rows
+                .iter_mut()
+                .filter(|r| unread.contains(r.path.as_path()))
+            {
+                row.spans = crate::row::Spans::in_file(&row.path);
+            }
+        }
         let (gated, index) = std::thread::scope(|s| {
             let index = s.spawn(|| IndexState::read(&out.join("index"), &snap.rows));
             let gated = super::gate(files, Some((&clean, &snap.rows)));
@@ -276,14 +289,21 @@ impl Built {
         now.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         let mut before = snap.rows;
         before.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        let live_rows = now.len();
+        // The rows of the files the gate left unread are among the snapshot's only.
+        let live_rows = now.len() + unread;
         let mut rows: BTreeMap<String, Arc<Row>> = BTreeMap::new();
         let mut delta = Delta::default();
         let mut fresh: Vec<Row> = Vec::new();
-        // The snapshot's copies of rows unchanged.
-        let mut discarded: Vec<Row> = Vec::with_capacity(live_rows);
+        // The snapshot's copies of rows of files read and unchanged.
+        let mut discarded: Vec<Row> = Vec::with_capacity(now.len());
         let mut now = now.into_iter().peekable();
         let mut before = before.into_iter().peekable();
+        // Whether the commits of the file `file` (of the row `key`) are others than the site's.
+        let history_moved = |file: &str, key: &str| {
+            let shas = history.of(file).iter().map(|c| c.commit.sha.as_str());
+            let built_shas = extras.histories.get(key).into_iter().flatten();
+            !shas.eq(built_shas.map(String::as_str))
+        };
         loop {
             let order = match (before.peek(), now.peek()) {
                 (None, None) => break,
@@ -292,10 +312,18 @@ impl Built {
                 (None, Some(_)) => std::cmp::Ordering::Greater,
             };
             match order {
-                // A row the catalogue has no more.
+                // A row of a file the gate left unread (it is the row), or one the catalogue
+                // has no more.
                 std::cmp::Ordering::Less => {
                     if let Some(old) = before.next() {
-                        delta.removed.push(old.key.clone());
+                        let file = file_name(&old);
+                        if same_row.contains(file) {
+                            if history_moved(file, &old.key) {
+                                delta.upserts.push(old.clone());
+                            }
+                        } else {
+                            delta.removed.push(old.key.clone());
+                        }
                         rows.insert(old.key.clone(), Arc::new(old));
                     }
                     continue;
@@ -311,9 +339,7 @@ impl Built {
                 break;
             };
             let file = file_name(&new);
-            let shas = history.of(file).iter().map(|c| c.commit.sha.as_str());
-            let built_shas = extras.histories.get(&old.key).into_iter().flatten();
-            let changed = !shas.eq(built_shas.map(String::as_str))
+            let changed = history_moved(file, &old.key)
                 || !(same_row.contains(file) || snapshot::same_columns(&new, &old));
             if changed {
                 delta.upserts.push(new);

@@ -205,7 +205,8 @@ pub(crate) fn read_files(
 /// clean files of the site's last gate, and the rows its snapshot holds), a file it lists with
 /// the same bytes and row is not checked again by the rules of one file (`checked`), and a
 /// file left unread for its stamp has the snapshot's row (or is read now, when the snapshot
-/// holds another).
+/// holds another). The rows of files left unread are not among the rows returned: they are
+/// the snapshot's, named in `reused` (and their spans should read their files).
 pub(crate) fn gate(
     mut read: Read,
     before: Option<(&checked::Clean, &[Row])>,
@@ -219,14 +220,13 @@ pub(crate) fn gate(
         .collect();
     // The files left unread: the snapshot's row of each, or the file read after all.
     let read_at = std::time::SystemTime::now();
-    // Room for every one at once: a row is some hundred bytes, and a list grown by doubling
-    // moved 10,000 of them over and over (a tenth of the gate at 10,000 rows).
-    let mut unread_rows = Vec::with_capacity(read.unread.len());
+    // The snapshot's rows themselves, not copies (a copy of each of 10,000 rows was a third
+    // of the gate, and the copies were freed again).
+    let mut unread_rows: Vec<&Row> = Vec::with_capacity(read.unread.len());
     for path in std::mem::take(&mut read.unread) {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let row =
-            before.and_then(|(clean, _)| clean.reuse_unread(&path, row_of.get(name).copied()));
-        match row {
+        let row = row_of.get(name).copied();
+        match row.filter(|&r| before.is_some_and(|(clean, _)| clean.takes_unread(&path, Some(r)))) {
             Some(row) => {
                 reused
                     .lock()
@@ -247,7 +247,7 @@ pub(crate) fn gate(
         ..
     } = read;
     let checked = match before {
-        None => crate::check::check_files_known(&files, &|_| None, unread_rows),
+        None => crate::check::check_files_known(&files, &|_| None, &unread_rows),
         Some((clean, _)) => {
             let digest_of: crate::FastMap<&Path, &checked::Digest> = files
                 .iter()
@@ -268,7 +268,7 @@ pub(crate) fn gate(
                         .push(file.file_name().to_string());
                     Some(row)
                 },
-                unread_rows,
+                &unread_rows,
             )
         }
     };

@@ -43,25 +43,26 @@ impl Checked {
 /// file among them (`bindings.yaml`) is read as the bindings, and every row's credential is
 /// judged against it.
 pub fn check_files(files: &[SourceFile]) -> Checked {
-    check_files_known(files, &|_| None, Vec::new())
+    check_files_known(files, &|_| None, &[])
 }
 
 /// [`check_files`], taking the row `known` gives for a file as that file's verdict: its row,
 /// found clean by the rules of one file before (a rebuild in place knows the files whose bytes
 /// it checked, `build::checked`). `unread` are the rows of files found clean before and not
-/// read this time (their stamps say they did not change): they count as files checked. The
-/// rules across rows and the bindings' run over every row.
+/// read this time (their stamps say they did not change): they count as files checked, and
+/// the rules across rows and the bindings' run over them with the others, but they are the
+/// caller's and not among the rows returned.
 pub fn check_files_known(
     files: &[SourceFile],
     known: &(dyn Fn(&SourceFile) -> Option<Row> + Sync),
-    unread: Vec<Row>,
+    unread: &[&Row],
 ) -> Checked {
     let (binding_files, files): (Vec<&SourceFile>, Vec<&SourceFile>) = files
         .iter()
         .partition(|f| f.file_name() == crate::row::binding::FILE);
     let (bindings, mut binding_diags) = read_bindings(binding_files.first().copied());
     let mut out = check_row_files(&files, known, unread);
-    let rows: Vec<&Row> = out.rows.iter().collect();
+    let rows: Vec<&Row> = out.rows.iter().chain(unread.iter().copied()).collect();
     binding_diags.extend(check_bindings(&rows, &bindings));
     out.diags.extend(binding_diags);
     crate::row::diag::sort(&mut out.diags);
@@ -178,7 +179,7 @@ pub fn check_bindings(rows: &[&Row], bindings: &Bindings) -> Vec<Diagnostic> {
 fn check_row_files(
     files: &[&SourceFile],
     known: &(dyn Fn(&SourceFile) -> Option<Row> + Sync),
-    unread: Vec<Row>,
+    unread: &[&Row],
 ) -> Checked {
     let workers = crate::cores().min(8);
     // Small catalogues are not worth a thread.
@@ -195,16 +196,16 @@ fn check_row_files(
     });
     let mut out = Checked {
         files: files.len() + unread.len(),
-        rows: unread,
         ..Default::default()
     };
     for (rows, diags) in parts {
         out.rows.extend(rows);
         out.diags.extend(diags);
     }
-    out.rows
-        .sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.path.cmp(&b.path)));
-    let rows: Vec<&Row> = out.rows.iter().collect();
+    let by_key_and_path = |a: &Row, b: &Row| a.key.cmp(&b.key).then_with(|| a.path.cmp(&b.path));
+    out.rows.sort_by(by_key_and_path);
+    let mut rows: Vec<&Row> = out.rows.iter().chain(unread.iter().copied()).collect();
+    rows.sort_by(|a, b| by_key_and_path(a, b));
     out.diags.extend(check_across(&rows));
     crate::row::diag::sort(&mut out.diags);
     out
