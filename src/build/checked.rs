@@ -218,7 +218,7 @@ impl Clean {
         digests: &[Digest],
         stamps: &[Option<Stamp>],
         checked: &Checked,
-        kept: &Clean,
+        kept: Clean,
     ) -> Clean {
         let named: HashSet<&Path> = checked.diags.iter().map(|d| d.path.as_path()).collect();
         let rows: HashMap<&Path, &Row> =
@@ -227,7 +227,7 @@ impl Clean {
         let mut list: Vec<(String, Entry)> = files
             .iter()
             .zip(digests)
-            .zip(stamps.iter().chain(std::iter::repeat(&None)))
+            .zip(stamps)
             .filter(|((f, _), _)| !named.contains(f.path.as_path()))
             .filter_map(|((f, digest), stamp)| {
                 let name = f.file_name();
@@ -249,14 +249,9 @@ impl Clean {
             .iter()
             .filter_map(|p| p.file_name()?.to_str())
             .collect();
-        list.extend(
-            kept.files
-                .iter()
-                .filter(|(name, _)| {
-                    !read.contains(name.as_str()) && !named_names.contains(name.as_str())
-                })
-                .cloned(),
-        );
+        list.extend(kept.files.into_iter().filter(|(name, _)| {
+            !read.contains(name.as_str()) && !named_names.contains(name.as_str())
+        }));
         Clean {
             files: sorted(list),
         }
@@ -285,17 +280,15 @@ impl Clean {
     /// stamp ([`Clean::reuse`] without the file): the list has the file with a stamp, and
     /// `row` is the row it recorded for it. Its spans should read the file when asked
     /// ([`crate::row::Spans::in_file`]).
-    pub fn takes_unread(&self, path: &Path, row: Option<&Row>) -> bool {
-        let Some(entry) = path
-            .file_name()
+    pub fn takes_unread(&self, path: &Path, row: &Row) -> bool {
+        path.file_name()
             .and_then(|n| n.to_str())
             .and_then(|n| self.get(n))
-        else {
-            return false;
-        };
-        row.is_some_and(|row| {
-            entry.stamp.is_some() && row.path == path && snapshot::column_digest(row) == entry.row
-        })
+            .is_some_and(|entry| {
+                entry.stamp.is_some()
+                    && row.path == path
+                    && snapshot::column_digest(row) == entry.row
+            })
     }
 
     /// The entries of the files `names`.
@@ -342,7 +335,7 @@ mod tests {
         let checked = crate::check::check_files(&files);
         assert!(checked.diags.iter().any(|d| d.path.ends_with("BAD.yaml")));
         let digests: Vec<Digest> = files.iter().map(bytes_digest).collect();
-        let clean = Clean::of(&files, &digests, &[], &checked, &Clean::default());
+        let clean = Clean::of(&files, &digests, &[None, None], &checked, Clean::default());
         assert_eq!(clean.len(), 1, "only the clean file: {clean:?}");
 
         let row = checked.rows.iter().find(|r| r.key == "ECHO_ME").unwrap();
@@ -441,20 +434,14 @@ mod tests {
         }];
         let checked = crate::check::check_files(&files);
         let digests: Vec<Digest> = files.iter().map(bytes_digest).collect();
-        let clean = Clean::of(
-            &files,
-            &digests,
-            &[Some(stamp)],
-            &checked,
-            &Clean::default(),
-        );
+        let clean = Clean::of(&files, &digests, &[Some(stamp)], &checked, Clean::default());
         let site = tempfile::tempdir().unwrap();
         clean.write(site.path()).unwrap();
         let clean = Clean::read(site.path());
         assert!(clean.unchanged("ECHO_ME.yaml", &meta));
         assert!(!clean.unchanged("OTHER.yaml", &meta));
         let row = &checked.rows[0];
-        assert!(clean.takes_unread(&path, Some(row)), "taken unread");
+        assert!(clean.takes_unread(&path, row), "taken unread");
         let spans = crate::row::Spans::in_file(&path);
         assert_eq!(spans.key("type"), (2, 1), "read when asked");
 
@@ -465,11 +452,11 @@ mod tests {
         // Another row in the snapshot: not taken.
         let mut other = row.clone();
         other.category = "elsewhere".into();
-        assert!(!clean.takes_unread(&path, Some(&other)));
+        assert!(!clean.takes_unread(&path, &other));
         // Without a stamp, never left unread.
-        let unstamped = Clean::of(&files, &digests, &[None], &checked, &Clean::default());
+        let unstamped = Clean::of(&files, &digests, &[None], &checked, Clean::default());
         assert!(!unstamped.unchanged("ECHO_ME.yaml", &meta));
-        assert!(!unstamped.takes_unread(&path, Some(row)));
+        assert!(!unstamped.takes_unread(&path, row));
         // A list of the older format (no header line) is not read.
         let text = std::fs::read_to_string(site.path().join(FILE)).unwrap();
         let body = text.split_once('\n').unwrap().1;

@@ -135,6 +135,32 @@ pub struct Applied {
     pub steps: Vec<(&'static str, Duration)>,
 }
 
+/// The time each step of [`Built::apply`] took, each timed from the end of the one before.
+struct Laps {
+    steps: Vec<(&'static str, Duration)>,
+    clock: Instant,
+}
+
+impl Laps {
+    fn new() -> Laps {
+        Laps {
+            steps: Vec::new(),
+            clock: Instant::now(),
+        }
+    }
+
+    /// The step `name` ends now.
+    fn lap(&mut self, name: &'static str) {
+        self.steps.push((name, self.clock.elapsed()));
+        self.restart();
+    }
+
+    /// The next step starts now.
+    fn restart(&mut self) {
+        self.clock = Instant::now();
+    }
+}
+
 /// What [`Built::apply_rows`] changed: the keys of the rows changed, the fingerprints that
 /// changed, and the keys of rows gone (removed or disabled).
 struct RowsApplied {
@@ -234,14 +260,14 @@ impl Built {
             (files.map(|f| (f, clean)), snap.join(), extras, rest.join())
         });
         let (history, tera) = rest.map_err(|_| panicked("the history"))?;
-        let (Some(snap), Some(mut extras)) = (snap.map_err(|_| panicked("the snapshot"))?, extras)
+        let (Some(mut snap), Some(mut extras)) =
+            (snap.map_err(|_| panicked("the snapshot"))?, extras)
         else {
             return Ok(Opened::Full("the site's snapshot does not read".into()));
         };
         let (files, clean) = files?;
         // The rows of files left unread are the snapshot's (when the gate takes them): where
         // their fields sit is read from their files when a diagnostic asks.
-        let mut snap = snap;
         {
             let unread: crate::FastSet<&Path> = files.unread.iter().map(PathBuf::as_path).collect();
             for row in snap
@@ -455,10 +481,6 @@ impl Built {
         self.index.change(upserts, removed)
     }
 
-    /// Apply `delta` to the site on disk and to this model: see the module's comment for
-    /// what is written, in which order. `self.history` must already hold the commits that
-    /// made the change; `staged` is the index [`Built::stage_index`] made for this very
-    /// change, if any. The build facts name `head`.
     /// The rows of `delta` into this model (rows, counts, stale pages, fingerprints), and
     /// the contracts of the rows it changes written: what [`Built::apply`] does beside the
     /// index.
@@ -466,13 +488,8 @@ impl Built {
         &mut self,
         delta: &Delta,
         head: Option<&history::CommitInfo>,
-        steps: &mut Vec<(&'static str, Duration)>,
+        steps: &mut Laps,
     ) -> Result<RowsApplied> {
-        let mut clock = Instant::now();
-        let mut lap = |name: &'static str, clock: &mut Instant| {
-            steps.push((name, clock.elapsed()));
-            *clock = Instant::now();
-        };
         let changed: Vec<String> = delta
             .upserts
             .iter()
@@ -532,7 +549,7 @@ impl Built {
                 gone.push(key.clone());
             }
         }
-        lap("fingerprints", &mut clock);
+        steps.lap("fingerprints");
 
         // Contracts: the rows changed and the rows whose fingerprint changed.
         let common = Common {
@@ -596,7 +613,7 @@ impl Built {
             };
         }
         site::append_page_inputs(&self.out, &inputs)?;
-        lap("contracts", &mut clock);
+        steps.lap("contracts");
         Ok(RowsApplied {
             changed,
             prints_changed,
@@ -604,20 +621,24 @@ impl Built {
         })
     }
 
+    /// Apply `delta` to the site on disk and to this model: see the module's comment for
+    /// what is written, in which order. `self.history` must already hold the commits that
+    /// made the change; `staged` is the index [`Built::stage_index`] made for this very
+    /// change, if any. The build facts name `head`.
     pub fn apply(
         &mut self,
         delta: Delta,
         staged: Option<IndexState>,
         head: Option<&history::CommitInfo>,
     ) -> Result<Applied> {
-        let mut steps = Vec::new();
+        let mut steps = Laps::new();
         // The index is changed in memory on a thread of its own while the rows, their
         // fingerprints and their contracts are (at 10,000 rows each part was half of this
         // step, one after the other, and the other core was idle). A change of the index that
         // fails now fails after the contracts were written: `capdir build` then builds anew,
         // and a write (which stages its index first) never gets here without one.
         let (staged, done) = std::thread::scope(|s| {
-            let thread = staged.is_none().then(|| {
+            let staged = staged.ok_or_else(|| {
                 let index = self.index.clone();
                 let delta = &delta;
                 s.spawn(move || {
@@ -630,31 +651,26 @@ impl Built {
                 })
             });
             let done = self.apply_rows(&delta, head, &mut steps);
-            let staged = match (staged, thread) {
-                (Some(staged), _) => Ok((staged, Duration::ZERO)),
-                (None, Some(thread)) => thread
+            let staged = match staged {
+                Ok(staged) => Ok((staged, Duration::ZERO)),
+                Err(thread) => thread
                     .join()
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("changing the index panicked"))),
-                (None, None) => Err(anyhow::anyhow!("no index to change")),
             };
             (staged, done)
         });
         let (staged, took) = staged?;
-        steps.insert(0, ("index", took));
+        steps.steps.insert(0, ("index", took));
         let RowsApplied {
             changed,
             prints_changed,
             gone,
         } = done?;
-        let mut clock = Instant::now();
-        let mut lap = |name: &'static str, clock: &mut Instant| {
-            steps.push((name, clock.elapsed()));
-            *clock = Instant::now();
-        };
+        steps.restart();
         staged.write(&self.out.join("index"), &self.index)?;
         self.touched.insert("index/".into());
         self.index = staged;
-        lap("index written", &mut clock);
+        steps.lap("index written");
 
         // The snapshot last: a dispatcher that reloads on its own watches it.
         let upserted: Vec<&Row> = delta
@@ -690,7 +706,7 @@ impl Built {
             &self.prints,
         )?;
         self.touched.insert("catalogue.sqlite".into());
-        lap("snapshot", &mut clock);
+        steps.lap("snapshot");
 
         let rows = delta
             .upserts
@@ -708,7 +724,7 @@ impl Built {
                 .iter()
                 .map(|(k, t)| (k.clone(), t.replaced_by.clone()))
                 .collect(),
-            steps,
+            steps: steps.steps,
         })
     }
 

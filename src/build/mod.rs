@@ -166,13 +166,11 @@ pub(crate) struct Read {
 }
 
 impl Read {
-    /// Read the file at `path` too.
-    fn add(&mut self, path: PathBuf, read_at: std::time::SystemTime) -> std::io::Result<()> {
-        let (file, meta) = catalogue::read_file(path)?;
+    /// A file read from `read_at` on, with its digest and stamp.
+    fn push(&mut self, (file, meta): catalogue::Opened, read_at: std::time::SystemTime) {
         self.digests.push(checked::bytes_digest(&file));
         self.stamps.push(checked::Stamp::settled(&meta, read_at));
         self.files.push(file);
-        Ok(())
     }
 }
 
@@ -193,10 +191,8 @@ pub(crate) fn read_files(
         stamps: Vec::with_capacity(files.len()),
         unread,
     };
-    for (file, meta) in files {
-        read.digests.push(checked::bytes_digest(&file));
-        read.stamps.push(checked::Stamp::settled(&meta, read_at));
-        read.files.push(file);
+    for opened in files {
+        read.push(opened, read_at);
     }
     Ok(read)
 }
@@ -211,8 +207,6 @@ pub(crate) fn gate(
     mut read: Read,
     before: Option<(&checked::Clean, &[Row])>,
 ) -> Result<Gated, BuildError> {
-    // The files taken as checked: their entries of the list carry over.
-    let reused = std::sync::Mutex::new(Vec::new());
     let row_of: crate::FastMap<&str, &Row> = before
         .into_iter()
         .flat_map(|(_, rows)| rows)
@@ -223,23 +217,29 @@ pub(crate) fn gate(
     // The snapshot's rows themselves, not copies (a copy of each of 10,000 rows was a third
     // of the gate, and the copies were freed again).
     let mut unread_rows: Vec<&Row> = Vec::with_capacity(read.unread.len());
+    // The files taken as checked (these first, then those read whose bytes are as checked):
+    // their entries of the list carry over.
+    let mut reused = Vec::with_capacity(read.unread.len());
     for path in std::mem::take(&mut read.unread) {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let row = row_of.get(name).copied();
-        match row.filter(|&r| before.is_some_and(|(clean, _)| clean.takes_unread(&path, Some(r)))) {
+        let taken = row_of
+            .get(name)
+            .copied()
+            .filter(|&row| before.is_some_and(|(clean, _)| clean.takes_unread(&path, row)));
+        match taken {
             Some(row) => {
-                reused
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(name.to_string());
+                reused.push(name.to_string());
                 unread_rows.push(row);
             }
-            None => read
-                .add(path.clone(), read_at)
-                .with_context(|| format!("reading {}", path.display()))?,
+            None => {
+                let opened = catalogue::read_file(path.clone())
+                    .with_context(|| format!("reading {}", path.display()))?;
+                read.push(opened, read_at);
+            }
         }
     }
     let unread = unread_rows.len();
+    let reused = std::sync::Mutex::new(reused);
     let Read {
         files,
         digests,
@@ -283,7 +283,7 @@ pub(crate) fn gate(
     let kept = before
         .map(|(clean, _)| clean.only(&reused))
         .unwrap_or_default();
-    let clean = checked::Clean::of(&files, &digests, &stamps, &checked, &kept);
+    let clean = checked::Clean::of(&files, &digests, &stamps, &checked, kept);
     Ok(Gated {
         checked,
         clean,

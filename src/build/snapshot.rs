@@ -529,21 +529,20 @@ pub fn built(path: &Path) -> Result<Built> {
     let mut stmt = db.prepare("SELECT key, sha FROM row_history ORDER BY key, seq")?;
     let mut rows = stmt.query([])?;
     let mut run: Option<(String, Vec<String>)> = None;
+    let mut end_run = |run: Option<(String, Vec<String>)>| {
+        if let Some((key, shas)) = run {
+            histories.entry(key).or_default().extend(shas);
+        }
+    };
     while let Some(r) = rows.next()? {
         let key = r.get_ref(0)?.as_str()?;
         let sha: String = r.get(1)?;
         match &mut run {
             Some((k, shas)) if k == key => shas.push(sha),
-            _ => {
-                if let Some((k, shas)) = run.replace((key.to_string(), vec![sha])) {
-                    histories.entry(k).or_default().extend(shas);
-                }
-            }
+            _ => end_run(run.replace((key.to_string(), vec![sha]))),
         }
     }
-    if let Some((k, shas)) = run {
-        histories.entry(k).or_default().extend(shas);
-    }
+    end_run(run);
     let removals = db
         .prepare("SELECT key, removed_by FROM tombstones")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?

@@ -161,11 +161,11 @@ pub fn split_content(content: &str) -> Content {
 /// locating is a second YAML parse (a third of the time of reading a row).
 #[derive(Debug, Clone, Default)]
 pub struct Spans {
-    text: Option<std::sync::Arc<str>>,
-    /// The file the text is read from when first asked, for a row taken as checked without
-    /// reading its file (`build::checked`).
+    /// The row's text: given, or read from `file` when first asked.
+    text: std::sync::OnceLock<Option<std::sync::Arc<str>>>,
+    /// The file the text is read from, for a row taken as checked without reading its file
+    /// (`build::checked`).
     file: Option<std::sync::Arc<Path>>,
-    read: std::sync::OnceLock<Option<std::sync::Arc<str>>>,
     located: std::sync::OnceLock<Located>,
 }
 
@@ -192,7 +192,7 @@ impl Spans {
     /// The spans of `text`, found when first asked for.
     pub fn of(text: &str) -> Spans {
         Spans {
-            text: Some(text.into()),
+            text: std::sync::OnceLock::from(Some(text.into())),
             ..Spans::default()
         }
     }
@@ -207,10 +207,7 @@ impl Spans {
     }
 
     fn text(&self) -> Option<&str> {
-        if let Some(text) = &self.text {
-            return Some(text);
-        }
-        self.read
+        self.text
             .get_or_init(|| {
                 let file = self.file.as_deref()?;
                 Some(std::fs::read_to_string(file).ok()?.into())
