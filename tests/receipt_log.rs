@@ -127,7 +127,19 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
     // An anonymous caller reads the log's public key and its checkpoints, never the private
     // key that signs them: not from the key route, nor as a file through the static handler.
     let private = std::fs::read_to_string(d.join("data/log.key")).expect("the log key");
-    let seed = private.trim().rsplit('+').next().unwrap().to_string();
+    // PRIVATE+KEY+NAME+KEYID+BASE64: the key data is all after the fourth '+' (base64 has its
+    // own '+', so the last '+' would leave a fragment short enough to occur in any text).
+    let seed = private
+        .trim()
+        .splitn(5, '+')
+        .nth(4)
+        .expect("key data")
+        .to_string();
+    assert_eq!(
+        seed.len(),
+        44,
+        "the key data is base64 of 0x01 and a 32-byte seed"
+    );
     assert!(!key.contains(&seed), "the key route served the private key");
     Verifier::parse(&key).expect("a verifier key");
     for path in [
