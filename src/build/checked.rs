@@ -83,7 +83,7 @@ impl Stamp {
         (last + SETTLED <= read_at).then_some(stamp)
     }
 
-    fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let Stamp {
             size,
             modified: (ms, mn),
@@ -93,7 +93,7 @@ impl Stamp {
         format!("{size}:{ms}.{mn}:{cs}.{cn}:{inode}")
     }
 
-    fn parse(text: &str) -> Option<Stamp> {
+    pub(crate) fn parse(text: &str) -> Option<Stamp> {
         let pair = |t: &str| -> Option<(i64, i64)> {
             let (s, n) = t.split_once('.')?;
             Some((s.parse().ok()?, n.parse().ok()?))

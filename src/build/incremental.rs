@@ -28,7 +28,7 @@ use crate::build::contract::{Contract, Tombstone};
 use crate::build::history::{self, History};
 use crate::build::site::{self, Common, Listing, SiteMeta};
 use crate::build::snapshot::{self, BuildInfo, Counts};
-use crate::build::{BuildError, HISTORY_CACHE, Options, git, manifest, tombstones};
+use crate::build::{BuildError, HISTORY_CACHE, Options, git, manifest, parts, tombstones};
 use crate::row::Row;
 use crate::row::urls::Urls;
 use crate::search::Searcher;
@@ -498,6 +498,9 @@ impl Built {
             .collect();
         // The caller says what the rules across the changed rows are, when it knows.
         self.across = None;
+        if self.stale.layouts.is_none() {
+            self.stale.layouts = Some(parts::Layouts::take(&self.out));
+        }
         // A category page lists its rows and names every category beside the counts: the
         // pages of the changed rows' categories (before and after) change, and every page
         // when the categories or the counts do.
@@ -538,6 +541,8 @@ impl Built {
         let mut prints_changed = HashMap::new();
         for (k, p) in fresh {
             if self.prints.get(&k) != Some(&p) {
+                // Its registry entry names its fingerprint.
+                self.stale.keys.insert(k.clone());
                 prints_changed.insert(k.clone(), p.clone());
                 self.prints.insert(k, p);
             }
@@ -781,6 +786,7 @@ impl Built {
     pub fn pages_failed(&mut self) {
         self.touched.insert(EVERY_FILE.into());
         self.stale.every = true;
+        self.stale.every_row = true;
     }
 
     /// Save the history this model holds as the site's history cache, so a later build walks
@@ -795,16 +801,23 @@ impl Built {
     }
 }
 
-/// The category pages a change made stale: every one, or those of `names`.
+/// What a change made stale: every page, or the category pages of `names`; and the parts of
+/// the rows `keys` in the files written a part per row ([`parts`]), or of every row. With
+/// the layouts of those files as the last pages left them, taken from the site when the first
+/// change since was applied.
 #[derive(Debug, Default)]
 struct StaleCategories {
     every: bool,
     names: BTreeSet<String>,
+    keys: BTreeSet<String>,
+    every_row: bool,
+    layouts: Option<parts::Layouts>,
 }
 
 impl StaleCategories {
-    /// The categories of the rows of `keys` (those `rows` has) are stale.
+    /// The rows of `keys` are stale, and the categories of those `rows` has.
     fn mark(&mut self, rows: &BTreeMap<String, Arc<Row>>, keys: &[String]) {
+        self.keys.extend(keys.iter().cloned());
         for row in keys.iter().filter_map(|k| rows.get(k)) {
             self.names
                 .insert(crate::row::category_name(&row.category).to_string());
@@ -886,35 +899,57 @@ impl Pages {
     ) -> Result<Duration> {
         let started = Instant::now();
         let scratch = scratch_beside(&self.out)?;
-        let written = self.render(&scratch);
+        let every = self.touched.contains(EVERY_FILE);
+        // The files the change wrote before the pages (the snapshot, the index, contracts) are
+        // hashed for the manifest while the pages are rendered, on whatever core those leave
+        // (at 10,000 rows the snapshot alone is 9 MB, and hashing it came after the pages).
+        let (written, early) = std::thread::scope(|s| {
+            let early = (!every).then(|| {
+                s.spawn(|| {
+                    let mut files = self.touched.clone();
+                    // The index directory's files changed as a whole: those there now.
+                    if files.remove("index/")
+                        && let Ok(entries) = std::fs::read_dir(self.out.join("index"))
+                    {
+                        for e in entries.flatten() {
+                            if let Some(name) =
+                                e.file_name().to_str().filter(|n| !n.starts_with('.'))
+                            {
+                                files.insert(format!("index/{name}"));
+                            }
+                        }
+                    }
+                    manifest::hash(&self.out, &files)
+                })
+            });
+            let written = self.render(&scratch);
+            (written, early.map(|h| h.join()))
+        });
         let _ = std::fs::remove_dir_all(&scratch);
-        let mut touched = written?;
-        touched.extend(self.touched);
-        if touched.contains(EVERY_FILE) {
+        let written = written?;
+        let Some(early) = early else {
             manifest::write(&self.out, &self.info.commit, None, &[])?;
             return Ok(started.elapsed());
-        }
+        };
+        let mut hashed =
+            early.unwrap_or_else(|_| Err(anyhow::anyhow!("hashing the changed files panicked")))?;
         let before = before();
-        // The index directory's files changed as a whole: list what is there now, and what
-        // the manifest had there.
-        if touched.remove("index/") {
-            if let Ok(entries) = std::fs::read_dir(self.out.join("index")) {
-                for e in entries.flatten() {
-                    if let Some(name) = e.file_name().to_str().filter(|n| !n.starts_with('.')) {
-                        touched.insert(format!("index/{name}"));
-                    }
-                }
-            }
-            if let Some(m) = &before {
-                touched.extend(
-                    m.files
-                        .iter()
-                        .filter(|e| e.path.starts_with("index/"))
-                        .map(|e| e.path.clone()),
-                );
-            }
+        // The index's files the manifest had that are there no more.
+        if self.touched.contains("index/")
+            && let Some(m) = &before
+        {
+            let now: BTreeSet<&str> = hashed.iter().map(|(p, _)| p.as_str()).collect();
+            let gone: Vec<String> = m
+                .files
+                .iter()
+                .filter(|e| e.path.starts_with("index/") && !now.contains(e.path.as_str()))
+                .map(|e| e.path.clone())
+                .collect();
+            hashed.extend(gone.into_iter().map(|p| (p, None)));
         }
-        manifest::update_from(&self.out, &self.info.commit, &touched, before)?;
+        // Then the pages' files (after the others: a path hashed twice takes the later).
+        hashed.extend(manifest::hash(&self.out, &written)?);
+        manifest::update_with(&self.out, &self.info.commit, hashed, before)?;
         Ok(started.elapsed())
     }
 
@@ -934,8 +969,15 @@ impl Pages {
             .collect();
         categories.sort();
         categories.dedup();
-        // The pages and the projections side by side, as a full build writes them.
-        std::thread::scope(|s| -> Result<()> {
+        // The pages and the projections side by side, as a full build writes them; the parts
+        // of the rows not changed since the site's files were written are copied from them.
+        let reuse = self.stale.layouts.as_ref().map(|layouts| parts::Reuse {
+            site: &self.out,
+            layouts,
+            changed: &self.stale.keys,
+        });
+        let reuse = reuse.as_ref().filter(|_| !self.stale.every_row);
+        let layouts_written = std::thread::scope(|s| -> Result<_> {
             let projections = s.spawn(|| {
                 site::write_projections(
                     scratch,
@@ -944,6 +986,7 @@ impl Pages {
                     &self.urls,
                     &categories,
                     &self.prints,
+                    reuse,
                 )
             });
             site::write_pages(
@@ -980,6 +1023,8 @@ impl Pages {
                 }
             }
         }
+        // Their layouts, with the stamps they have in their place.
+        parts::Layouts::save(&self.out, &layouts_written)?;
         // Category pages of categories no row has any more.
         let pages: BTreeSet<String> = categories.iter().map(|c| format!("{c}.html")).collect();
         if let Ok(entries) = std::fs::read_dir(self.out.join("c")) {

@@ -306,21 +306,21 @@ pub fn update_from(
     touched: &std::collections::BTreeSet<String>,
     before: Option<Manifest>,
 ) -> Result<Manifest> {
-    let Some(before) = before else {
-        return write(site, commit, None, &[]);
-    };
-    let mut files: std::collections::BTreeMap<String, Entry> = before
-        .files
-        .into_iter()
-        .map(|e| (e.path.clone(), e))
-        .collect();
+    let hashed = hash(site, touched)?;
+    update_with(site, commit, hashed, before)
+}
+
+/// The entry of each of `touched` (files of `site`), or `None` for one that is not there.
+pub fn hash(
+    site: &Path,
+    touched: &std::collections::BTreeSet<String>,
+) -> Result<Vec<(String, Option<Entry>)>> {
     let touched: Vec<&String> = touched
         .iter()
         .filter(|r| is_safe_path(r) && *r != FILE && *r != SIG_FILE)
         .collect();
-    // Hashed on all cores: the files that list every row are megabytes each. A path, and
-    // its entry when the file is there.
-    let hashed = on_all_cores(&touched, |rel| {
+    // Hashed on all cores: the files that list every row are megabytes each.
+    on_all_cores(&touched, |rel| {
         let path = site.join(rel);
         if !path.is_file() {
             return Ok(((*rel).clone(), None));
@@ -332,7 +332,26 @@ pub fn update_from(
             sha256,
         };
         Ok(((*rel).clone(), Some(entry)))
-    })?;
+    })
+}
+
+/// The manifest `before` with the entries of `hashed` ([`hash`]) in place of its own, or
+/// without the files they say are gone, written into `site` (a manifest of every file of
+/// `site` when there was none before).
+pub fn update_with(
+    site: &Path,
+    commit: &str,
+    hashed: Vec<(String, Option<Entry>)>,
+    before: Option<Manifest>,
+) -> Result<Manifest> {
+    let Some(before) = before else {
+        return write(site, commit, None, &[]);
+    };
+    let mut files: std::collections::BTreeMap<String, Entry> = before
+        .files
+        .into_iter()
+        .map(|e| (e.path.clone(), e))
+        .collect();
     for (rel, entry) in hashed {
         match entry {
             Some(e) => files.insert(rel, e),

@@ -12,6 +12,7 @@ pub mod git;
 pub mod history;
 pub mod incremental;
 pub mod manifest;
+pub mod parts;
 pub mod projection;
 pub mod sign;
 pub mod site;
@@ -401,7 +402,16 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 dispatcher: urls.dispatcher.clone(),
             };
             let enabled: Vec<&Row> = enabled.iter().collect();
-            site::write_projections(&tmp, &enabled, &common, &urls, &categories, &prints)?;
+            let layouts = site::write_projections(
+                &tmp,
+                &enabled,
+                &common,
+                &urls,
+                &categories,
+                &prints,
+                None,
+            )?;
+            parts::Layouts::save(&tmp, &layouts)?;
             write_bindings(&tmp, &bindings)?;
             Ok(started.elapsed())
         });

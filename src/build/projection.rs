@@ -72,7 +72,7 @@ pub fn mcp_tool(row: &Row) -> Json {
 }
 
 /// A row's MCP tool, serialized straight from the row: `mcp/tools.json` holds one per row
-/// and a rebuild writes it whole, so no JSON tree is made (and dropped) for each.
+/// and a full build writes every one, so no JSON tree is made (and dropped) for each.
 #[derive(Serialize)]
 pub struct McpTool<'a> {
     name: &'a str,
@@ -223,14 +223,20 @@ impl Serialize for WithRepairs<'_> {
     }
 }
 
-/// The llms.txt line of a row: its contract on the site.
-pub fn llms_line(row: &Row, urls: &Urls) -> String {
-    format!(
-        "- [{}]({}): {}",
-        row.key,
-        urls.site_file(&format!("k/{}.md", row.key)),
-        row.what()
-    )
+/// The llms.txt line of a row, its contract on the site, written onto the end of `out`
+/// (`llms.txt` has one per row: no string is made for each).
+pub fn push_llms_line(out: &mut String, row: &Row, urls: &Urls) {
+    out.push_str("- [");
+    out.push_str(&row.key);
+    out.push_str("](");
+    if let Some(base) = urls.site_base() {
+        out.push_str(base);
+        out.push('/');
+    }
+    out.push_str("k/");
+    out.push_str(&row.key);
+    out.push_str(".md): ");
+    out.push_str(row.what());
 }
 
 #[cfg(test)]
@@ -284,6 +290,28 @@ mod tests {
             }
             schema
         })
+    }
+
+    #[test]
+    fn an_llms_line_links_the_contract_where_the_site_is() {
+        let files = catalogue::read_dir(Path::new("catalogue")).expect("the bundled catalogue");
+        let row = parse_row(&files[0].path, &files[0].bytes)
+            .row
+            .expect("a row");
+        for (urls, link) in [
+            (Urls::new(""), format!("k/{}.md", row.key)),
+            (
+                Urls::new("https://d.example.com").with_site(Some("https://s.example.com/c")),
+                format!("https://s.example.com/c/k/{}.md", row.key),
+            ),
+        ] {
+            let mut line = String::from("before\n");
+            push_llms_line(&mut line, &row, &urls);
+            assert_eq!(
+                line,
+                format!("before\n- [{}]({link}): {}", row.key, row.what())
+            );
+        }
     }
 
     #[test]

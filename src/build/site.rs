@@ -4,8 +4,8 @@
 //! the binary needs no files beside it, and the site needs no server.
 
 use crate::build::contract::{Contract, Tombstone};
-use crate::build::projection;
 use crate::build::snapshot::{BuildInfo, Counts};
+use crate::build::{parts, projection};
 use crate::row::Row;
 use crate::row::binding::Bindings;
 use crate::row::urls::Urls;
@@ -159,19 +159,6 @@ fn context(common: &Common, root: &str) -> Result<tera::Context> {
 
 fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
-}
-
-/// A projection's JSON and a newline, into a buffer sized for `rows` rows at once (the
-/// largest are megabytes: grown by doubling, each copy touched fresh memory).
-fn json_bytes(doc: &impl Serialize, pretty: bool, rows: usize) -> Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(rows.saturating_mul(1024).max(4096));
-    if pretty {
-        serde_json::to_writer_pretty(&mut bytes, doc)?;
-    } else {
-        serde_json::to_writer(&mut bytes, doc)?;
-    }
-    bytes.push(b'\n');
-    Ok(bytes)
 }
 
 /// A string as one POSIX shell word in single quotes.
@@ -813,27 +800,6 @@ pub fn write_pages(
     write(&out.join("static/search.js"), SEARCH_JS)?;
     write(&out.join("static/row.js"), ROW_JS)?;
 
-    // The browser's index: key, category, what, and the words of when-to-use and asks.
-    let index: Vec<[String; 4]> = rows
-        .iter()
-        .map(|r| {
-            let mut extra = r.doc().when_to_use.clone().unwrap_or_default();
-            for a in &r.asks {
-                extra.push(' ');
-                extra.push_str(a);
-            }
-            [
-                r.key.clone(),
-                r.category.clone(),
-                r.what().to_string(),
-                extra,
-            ]
-        })
-        .collect();
-    write(
-        &out.join("search.json"),
-        serde_json::to_string(&json!({"v": 1, "rows": index}))?,
-    )?;
     Ok(())
 }
 
@@ -880,58 +846,98 @@ pub fn write_projections(
     urls: &Urls,
     categories: &[String],
     prints: &HashMap<String, String>,
-) -> Result<()> {
+    reuse: Option<&parts::Reuse>,
+) -> Result<Vec<(&'static str, parts::Layout)>> {
     // The MCP tools (the largest of these files: every row's schema, pretty-printed) are
     // written on a thread of their own, beside the rest.
-    std::thread::scope(|s| -> Result<()> {
-        let tools = s.spawn(|| write_mcp_tools(out, rows));
-        write_registry(out, rows, common, urls, prints)?;
+    std::thread::scope(|s| -> Result<_> {
+        let tools = s.spawn(|| write_mcp_tools(out, rows, reuse));
+        let registry = write_registry(out, rows, common, urls, prints, reuse)?;
         write(
             &out.join("counts.json"),
             serde_json::to_string_pretty(common.counts)? + "\n",
         )?;
         write(&out.join("llms.txt"), llms_txt(rows, common, urls))?;
         write(&out.join("sitemap.xml"), sitemap(rows, urls, categories))?;
-        tools
+        let search = write_search_index(out, rows, reuse)?;
+        let tools = tools
             .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("writing the MCP tools panicked")))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("writing the MCP tools panicked")))?;
+        Ok(vec![
+            (MCP_TOOLS, tools),
+            (REGISTRY, registry),
+            (SEARCH_INDEX, search),
+        ])
     })
 }
 
-/// `mcp/tools.json`: the tool of every row planners see.
-fn write_mcp_tools(out: &Path, rows: &[&Row]) -> Result<()> {
-    #[derive(Serialize)]
-    struct Tools<'a> {
-        tools: Vec<projection::McpTool<'a>>,
-    }
+/// The projections written a part per row ([`parts`]).
+const MCP_TOOLS: &str = "mcp/tools.json";
+const REGISTRY: &str = "registry.json";
+const SEARCH_INDEX: &str = "search.json";
+
+/// `search.json`, the browser's index: `{"v": 1, "rows": [...]}` with the key, category,
+/// what, and the words of when-to-use and asks of each row, a part per row.
+fn write_search_index(
+    out: &Path,
+    rows: &[&Row],
+    reuse: Option<&parts::Reuse>,
+) -> Result<parts::Layout> {
+    let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    parts::write(
+        out,
+        SEARCH_INDEX,
+        (b"{\"v\":1,\"rows\":[", b",", b"]}"),
+        &keys,
+        |i| {
+            let r = rows[i];
+            let mut extra = r.doc().when_to_use.clone().unwrap_or_default();
+            for a in &r.asks {
+                extra.push(' ');
+                extra.push_str(a);
+            }
+            let row = [r.key.as_str(), r.category.as_str(), r.what(), &extra];
+            Ok(serde_json::to_vec(&row)?)
+        },
+        reuse,
+    )
+}
+
+/// `mcp/tools.json`: the tool of every row planners see, pretty-printed as
+/// `{"tools": [...]}` is, a part per tool.
+fn write_mcp_tools(
+    out: &Path,
+    rows: &[&Row],
+    reuse: Option<&parts::Reuse>,
+) -> Result<parts::Layout> {
     std::fs::create_dir_all(out.join("mcp"))?;
-    let doc = Tools {
-        tools: rows
-            .iter()
-            .filter(|r| r.planner_visible)
-            .map(|r| projection::McpTool::of(r))
-            .collect(),
+    let tools: Vec<&Row> = rows.iter().copied().filter(|r| r.planner_visible).collect();
+    let keys: Vec<&str> = tools.iter().map(|r| r.key.as_str()).collect();
+    let frame: (&[u8], &[u8], &[u8]) = if tools.is_empty() {
+        (b"{\n  \"tools\": []\n}\n", b"", b"")
+    } else {
+        (b"{\n  \"tools\": [\n    ", b",\n    ", b"\n  ]\n}\n")
     };
-    write(
-        &out.join("mcp/tools.json"),
-        json_bytes(&doc, true, rows.len())?,
+    parts::write(
+        out,
+        MCP_TOOLS,
+        frame,
+        &keys,
+        |i| parts::pretty_at(&projection::McpTool::of(tools[i]), "    "),
+        reuse,
     )
 }
 
 /// `registry.json`: the commit, and the entry of every row but test-shaped ones, in listing
-/// order.
+/// order: `{"commit": ..., "rows": [...]}`, a part per entry.
 fn write_registry(
     out: &Path,
     rows: &[&Row],
     common: &Common,
     urls: &Urls,
     prints: &HashMap<String, String>,
-) -> Result<()> {
-    #[derive(Serialize)]
-    struct Registry<'a> {
-        commit: &'a str,
-        rows: Vec<projection::RegistryEntry<'a>>,
-    }
+    reuse: Option<&parts::Reuse>,
+) -> Result<parts::Layout> {
     let mut listed: Vec<&Row> = rows
         .iter()
         .copied()
@@ -940,16 +946,25 @@ fn write_registry(
     listed.sort_by(|a, b| {
         crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
     });
-    let doc = Registry {
-        commit: &common.build.commit,
-        rows: listed
-            .into_iter()
-            .map(|r| projection::registry_entry(r, urls, &prints[&r.key]))
-            .collect(),
-    };
-    write(
-        &out.join("registry.json"),
-        json_bytes(&doc, false, rows.len())?,
+    let keys: Vec<&str> = listed.iter().map(|r| r.key.as_str()).collect();
+    let mut head = b"{\"commit\":".to_vec();
+    serde_json::to_writer(&mut head, &common.build.commit)?;
+    head.extend_from_slice(b",\"rows\":[");
+    parts::write(
+        out,
+        REGISTRY,
+        (&head, b",", b"]}\n"),
+        &keys,
+        |i| {
+            let r = listed[i];
+            let print = prints
+                .get(&r.key)
+                .with_context(|| format!("no fingerprint of {}", r.key))?;
+            Ok(serde_json::to_vec(&projection::registry_entry(
+                r, urls, print,
+            ))?)
+        },
+        reuse,
     )
 }
 
@@ -975,7 +990,7 @@ fn llms_txt(rows: &[&Row], common: &Common, urls: &Urls) -> String {
     for (cat, rs) in by_cat {
         llms.push_str(&format!("\n## {cat}\n\n"));
         for r in rs {
-            llms.push_str(&projection::llms_line(r, urls));
+            projection::push_llms_line(&mut llms, r, urls);
             llms.push('\n');
         }
     }
@@ -1165,5 +1180,149 @@ mod tests {
     #[test]
     fn shell_quoting_survives_single_quotes() {
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}
+
+#[cfg(test)]
+mod part_tests {
+    use super::*;
+    use crate::row::{catalogue, parse_row};
+    use serde_json::Value;
+
+    /// The bundled catalogue's rows.
+    fn bundled() -> Vec<Row> {
+        let files = catalogue::read_dir(Path::new("catalogue")).expect("the bundled catalogue");
+        files
+            .iter()
+            .filter_map(|f| parse_row(&f.path, &f.bytes).row)
+            .collect()
+    }
+
+    /// The three files written a part per row, as serde writes each document whole (the
+    /// bytes every earlier build wrote).
+    fn whole(
+        rows: &[&Row],
+        commit: &str,
+        urls: &Urls,
+        prints: &HashMap<String, String>,
+    ) -> [Vec<u8>; 3] {
+        let tools: Vec<Value> = rows
+            .iter()
+            .filter(|r| r.planner_visible)
+            .map(|r| serde_json::to_value(projection::McpTool::of(r)).unwrap())
+            .collect();
+        let mut listed: Vec<&&Row> = rows.iter().filter(|r| !r.is_test_shaped()).collect();
+        listed.sort_by(|a, b| {
+            crate::row::listing_order(a.seq, &a.key).cmp(&crate::row::listing_order(b.seq, &b.key))
+        });
+        let registry: Vec<Value> = listed
+            .iter()
+            .map(|r| {
+                serde_json::to_value(projection::registry_entry(r, urls, &prints[&r.key])).unwrap()
+            })
+            .collect();
+        let index: Vec<[String; 4]> = rows
+            .iter()
+            .map(|r| {
+                let mut extra = r.doc().when_to_use.clone().unwrap_or_default();
+                for a in &r.asks {
+                    extra.push(' ');
+                    extra.push_str(a);
+                }
+                [
+                    r.key.clone(),
+                    r.category.clone(),
+                    r.what().to_string(),
+                    extra,
+                ]
+            })
+            .collect();
+        let line = |mut v: Vec<u8>| {
+            v.push(b'\n');
+            v
+        };
+        [
+            line(serde_json::to_vec_pretty(&json!({"tools": tools})).unwrap()),
+            line(serde_json::to_vec(&json!({"commit": commit, "rows": registry})).unwrap()),
+            serde_json::to_vec(&json!({"v": 1, "rows": index})).unwrap(),
+        ]
+    }
+
+    fn written(out: &Path) -> [Vec<u8>; 3] {
+        [MCP_TOOLS, REGISTRY, SEARCH_INDEX].map(|f| std::fs::read(out.join(f)).unwrap())
+    }
+
+    #[test]
+    fn projections_written_a_part_per_row_are_the_documents_whole() {
+        let site = tempfile::tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let mut rows = bundled();
+        assert!(rows.len() > 20, "{} rows", rows.len());
+        let urls = Urls::new("https://dispatch.example.com");
+        let write_all = |out: &Path, rows: &[Row], commit: &str, reuse: Option<&parts::Reuse>| {
+            let refs: Vec<&Row> = rows.iter().collect();
+            let counts = Counts::of(rows.iter());
+            let info = BuildInfo {
+                commit: commit.into(),
+                date: String::new(),
+                capdir_version: "0".into(),
+                history_partial: false,
+                counts: counts.clone(),
+            };
+            let common = Common {
+                site: SiteMeta::default_for(&counts),
+                counts: &counts,
+                build: &info,
+                repo_url: None,
+                dispatcher: urls.dispatcher.clone(),
+            };
+            let prints = crate::row::call::fingerprints(rows);
+            let layouts =
+                write_projections(out, &refs, &common, &urls, &[], &prints, reuse).unwrap();
+            let expected = whole(&refs, commit, &urls, &prints);
+            (layouts, expected, prints)
+        };
+        let same = |out: &Path, expected: [Vec<u8>; 3], what: &str| {
+            for (file, (got, want)) in [MCP_TOOLS, REGISTRY, SEARCH_INDEX]
+                .iter()
+                .zip(written(out).iter().zip(expected.iter()))
+            {
+                assert!(
+                    got == want,
+                    "{file}, {what}:\n{}\n{}",
+                    String::from_utf8_lossy(got),
+                    String::from_utf8_lossy(want)
+                );
+            }
+        };
+        let (layouts, expected, prints) = write_all(site.path(), &rows, "c0ffee", None);
+        same(site.path(), expected, "a full build");
+        parts::Layouts::save(site.path(), &layouts).unwrap();
+        let layouts = parts::Layouts::take(site.path());
+
+        // One row's text changed, one row gone, one moved in the listing (its seq), a new
+        // commit: the parts of the rest are copied, and the files are what a full build writes.
+        let mut changed = BTreeSet::new();
+        rows[3].parsed.doc.when_to_use = Some("never, \"quoted\" \u{e9}".into());
+        changed.insert(rows[3].key.clone());
+        changed.insert(rows.remove(5).key);
+        rows[8].seq = Some(-1);
+        changed.insert(rows[8].key.clone());
+        // And the rows whose fingerprint moved (their registry entries name it), as a change
+        // in place marks them.
+        let prints_after = crate::row::call::fingerprints(&rows);
+        changed.extend(
+            prints_after
+                .iter()
+                .filter(|(k, p)| prints.get(*k) != Some(p))
+                .map(|(k, _)| k.clone()),
+        );
+        let reuse = parts::Reuse {
+            site: site.path(),
+            layouts: &layouts,
+            changed: &changed,
+        };
+        let (_, expected, _) = write_all(scratch.path(), &rows, "beef", Some(&reuse));
+        same(scratch.path(), expected, "a change in place");
     }
 }
