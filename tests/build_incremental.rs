@@ -154,11 +154,19 @@ fn each_kind_of_change_in_place_equals_a_full_build() {
 
     repo.write(
         "GOOD_ECHO.yaml",
-        &fixture("good/GOOD_ECHO.yaml").replace("# WHEN_TO_USE:", "# WHEN_TO_USE: Always."),
+        &fixture("good/GOOD_ECHO.yaml").replace("# WHEN_TO_USE:", "# WHEN_TO_USE: Parrots."),
     );
     repo.commit("Edit the echo", "2024-02-01T10:00:00Z");
     assert_eq!(update(&repo, &site), 1);
     assert_same_as_cold(&repo, &site, "an edit");
+    // The edit reached the index (the row's document is not kept as it was).
+    let ask = Searcher::open(&site.join("index"))
+        .unwrap()
+        .ask("parrots", 3);
+    assert_eq!(
+        ask.unwrap().first().map(|h| h.key.as_str()),
+        Some("GOOD_ECHO")
+    );
 
     repo.write("ADDED_ROW.yaml", &fn_row("ADDED_ROW", "text", "Added."));
     repo.remove("OLD_ROW.yaml");

@@ -478,7 +478,8 @@ impl Built {
     /// The search index with `upserts` and `removed` changed, in memory only (nothing is
     /// written): what the write gate asks the new rows' asks of before anything changes.
     pub fn stage_index(&self, upserts: &[&Row], removed: &[&str]) -> Result<IndexState> {
-        self.index.change(upserts, removed)
+        self.index
+            .change(upserts, removed, |k| self.rows.get(k).map(|r| &**r))
     }
 
     /// The rows of `delta` into this model (rows, counts, stale pages, fingerprints), and
@@ -646,12 +647,18 @@ impl Built {
             let staged = staged.ok_or_else(|| {
                 let index = self.index.clone();
                 let delta = &delta;
+                // The rows the index holds of the keys changed, as they are before the change.
+                let held: crate::FastMap<String, Arc<Row>> = delta
+                    .upserts
+                    .iter()
+                    .filter_map(|r| Some((r.key.clone(), Arc::clone(self.rows.get(&r.key)?))))
+                    .collect();
                 s.spawn(move || {
                     let clock = Instant::now();
                     let upserts: Vec<&Row> = delta.upserts.iter().collect();
                     let removed: Vec<&str> = delta.removed.iter().map(String::as_str).collect();
                     index
-                        .change(&upserts, &removed)
+                        .change(&upserts, &removed, |k| held.get(k).map(|r| &**r))
                         .map(|i| (i, clock.elapsed()))
                 })
             });

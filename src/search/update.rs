@@ -17,7 +17,7 @@
 
 use super::{
     ANALYZER, Fields, RowMeta, Searcher, Terms, Vocabulary, add_term_fields, analyzer, document,
-    document_text, fields_of, indexable, meta, positions, term_fields, vocabulary,
+    fields_of, indexable, meta, positions, term_fields, vocabulary,
 };
 use crate::row::Row;
 use anyhow::{Context as _, Result, bail};
@@ -49,21 +49,21 @@ pub struct IndexState {
     /// The words run-together key parts are split by.
     words: Arc<Vocabulary>,
     terms: Arc<Terms>,
-    /// Key → a digest of the text its document indexes: a row changed in nothing the index
-    /// holds (its examples, its flags) keeps its document, and the index its statistics.
-    texts: Arc<crate::FastMap<String, u64>>,
     /// The row vectors, in `rows.json`'s order (none for an index built without them).
     vectors: Option<Arc<super::semantic::RowVectors>>,
 }
 
-/// A digest of the text a row's document would index, to tell within this process whether it
-/// changed: foldhash under one seed drawn when the process first asks, so a row's author cannot
-/// aim at another text with the same digest.
-fn text_digest(row: &Row, words: &Vocabulary) -> u64 {
-    use std::hash::BuildHasher as _;
-    static SEED: std::sync::OnceLock<foldhash::quality::RandomState> = std::sync::OnceLock::new();
-    SEED.get_or_init(Default::default)
-        .hash_one(document_text(row, words))
+/// Whether two rows of one key index the same text (`document_text`: their key's words, the
+/// same for one key, then their docstring, category and asks).
+fn same_text(a: &Row, b: &Row) -> bool {
+    let (x, y) = (a.doc(), b.doc());
+    a.key == b.key
+        && x.what == y.what
+        && x.when_to_use == y.when_to_use
+        && x.args == y.args
+        && x.output == y.output
+        && a.category == b.category
+        && a.asks == b.asks
 }
 
 impl std::fmt::Debug for IndexState {
@@ -129,12 +129,6 @@ impl IndexState {
             fields: Arc::new(fields),
             by_key: Arc::new(positions(&metas)),
             rows: Arc::new(metas),
-            texts: Arc::new(
-                indexed
-                    .iter()
-                    .map(|r| (r.key.clone(), text_digest(r, &words)))
-                    .collect(),
-            ),
             words: Arc::new(words),
         }))
     }
@@ -155,9 +149,16 @@ impl IndexState {
     }
 
     /// This index with the rows `upserts` in place of those of their keys (a row that is
-    /// disabled or kept from planners only leaves) and the rows of `removed` gone. Made on a
-    /// copy in memory: `self` is unchanged, and nothing is written anywhere.
-    pub fn change(&self, upserts: &[&Row], removed: &[&str]) -> Result<IndexState> {
+    /// disabled or kept from planners only leaves) and the rows of `removed` gone. `held`
+    /// gives the row of a key as the index holds it: a row changed in nothing the index
+    /// holds (its examples, its flags) keeps its document, and the index its statistics.
+    /// Made on a copy in memory: `self` is unchanged, and nothing is written anywhere.
+    pub fn change<'h>(
+        &self,
+        upserts: &[&Row],
+        removed: &[&str],
+        held: impl Fn(&str) -> Option<&'h Row>,
+    ) -> Result<IndexState> {
         let id = self.fields.id.context("the index has no id field")?;
         // A row whose indexed text is the same keeps its document; only what `rows.json`
         // says of it (its rank, its example) is brought up to date.
@@ -167,7 +168,7 @@ impl IndexState {
             let indexed = r.enabled && r.planner_visible;
             let same = indexed
                 && self.by_key.contains_key(&r.key)
-                && self.texts.get(&r.key) == Some(&text_digest(r, &self.words));
+                && held(&r.key).is_some_and(|old| same_text(old, r));
             if same {
                 kept.push(r);
             } else {
@@ -207,7 +208,6 @@ impl IndexState {
         let mut rows = (*self.rows).clone();
         let mut by_key = (*self.by_key).clone();
         let mut words = self.words.clone();
-        let mut texts = (*self.texts).clone();
         let mut cleared = Vec::new();
         let mut added_texts = Vec::new();
         let gone = removed
@@ -216,7 +216,6 @@ impl IndexState {
             .chain(upserts.iter().map(|r| r.key.as_str()));
         for key in gone {
             writer.delete_term(Term::from_field_text(id, key));
-            texts.remove(key);
             if let Some(at) = by_key.remove(key) {
                 cleared.push(at);
                 rows[at] = RowMeta {
@@ -243,7 +242,6 @@ impl IndexState {
             writer.add_document(document(&self.fields, row, ord as u64, &words))?;
             rows.push(meta(row));
             by_key.insert(row.key.clone(), ord);
-            texts.insert(row.key.clone(), text_digest(row, &words));
             added_texts.push(super::semantic_text(row, &words));
         }
         let vectors = match &self.vectors {
@@ -273,7 +271,6 @@ impl IndexState {
             rows: Arc::new(rows),
             by_key: Arc::new(by_key),
             words,
-            texts: Arc::new(texts),
             vectors,
         }))
     }
@@ -429,7 +426,10 @@ mod tests {
         crate::search::build_index(&at, &rows).expect("build");
         let state = IndexState::read(&at, &rows).expect("read").expect("has id");
         let added = row("WEATHER_FORECAST", "Get the weather forecast for a city.");
-        let next = state.change(&[&added], &["GAMMA_THREE"]).expect("change");
+        let held = |k: &str| rows.iter().find(|r| r.key == k);
+        let next = state
+            .change(&[&added], &["GAMMA_THREE"], held)
+            .expect("change");
         let s = next.searcher().expect("searcher");
         assert!(s.has_vectors());
         let by_meaning: Vec<String> = s
@@ -476,8 +476,9 @@ mod tests {
         let state = IndexState::read(&at, &rows).expect("read").expect("has id");
         let edited = row("BETA_TWO", "Compress an audio file to mp3.");
         let added = row("DELTA_FOUR", "Summarize a paper abstract.");
+        let held = |k: &str| rows.iter().find(|r| r.key == k);
         let next = state
-            .change(&[&edited, &added], &["GAMMA_THREE"])
+            .change(&[&edited, &added], &["GAMMA_THREE"], held)
             .expect("change");
         let s = next.searcher().expect("searcher");
         assert_eq!(best(&s, "compress audio mp3").as_deref(), Some("BETA_TWO"));
@@ -512,7 +513,7 @@ mod tests {
         let mut ranked = row("ALPHA_ONE", "Translate a sentence into French.");
         ranked.examples = vec!["bonjour".into()];
         ranked.planner_rank = 5;
-        let same = next.change(&[&ranked], &[]).expect("change");
+        let same = next.change(&[&ranked], &[], held).expect("change");
         assert_eq!(
             same.index.searchable_segment_ids().expect("ids"),
             next.index.searchable_segment_ids().expect("ids")
@@ -522,11 +523,15 @@ mod tests {
         assert!(next.write(&at, &state).is_err());
         // Many changes in a row merge their segments and still answer.
         let mut state = IndexState::read(&at, &rows).expect("read").expect("has id");
+        let mut before = rows[0].clone();
         for i in 0..20 {
             let r = row("ALPHA_ONE", &format!("Translate a sentence, take {i}."));
-            let n = state.change(&[&r], &[]).expect("change");
+            let n = state
+                .change(&[&r], &[], |k| (k == before.key).then_some(&before))
+                .expect("change");
             n.write(&at, &state).expect("write");
             state = n;
+            before = r;
         }
         let segments = state.index.searchable_segment_ids().expect("ids").len();
         assert!(segments <= SMALL_SEGMENTS + 1, "{segments} segments");
