@@ -115,10 +115,13 @@ pub struct Reuse<'a> {
 }
 
 /// The parts of a file as it is in the site, by key: (place in the file's order, offset,
-/// length).
+/// length); and where its last part ends.
 struct Old {
     file: std::fs::File,
     at: crate::FastMap<String, (usize, u64, u64)>,
+    head: u64,
+    end: u64,
+    len: u64,
 }
 
 impl Old {
@@ -141,15 +144,55 @@ impl Old {
             at.insert(key.clone(), (i, offset, *len));
             offset = offset.checked_add(*len)?;
         }
-        (offset <= meta.len()).then_some(Old { file, at })
+        (offset <= meta.len()).then_some(Old {
+            file,
+            at,
+            head: layout.head,
+            end: offset,
+            len: meta.len(),
+        })
     }
+
+    /// The bytes from `start` to `end`.
+    fn read(&self, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        let mut from = &self.file;
+        from.seek(SeekFrom::Start(start))?;
+        let mut bytes = vec![0; usize::try_from(end - start).unwrap_or(usize::MAX)];
+        from.read_exact(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Whether its part `(offset, len)` is `part`, byte for byte.
+    fn holds(&self, (offset, len): (u64, u64), part: &[u8]) -> bool {
+        len == part.len() as u64 && self.read(offset, offset + len).is_ok_and(|b| b == part)
+    }
+}
+
+/// A piece of the file to write: a run of the old file's bytes (its parts from one place to
+/// another, with the separators between them), or a part rendered.
+enum Piece<'a> {
+    Old {
+        from: &'a std::fs::File,
+        start: u64,
+        end: u64,
+        last: usize,
+    },
+    New(Vec<u8>),
+}
+
+/// What [`write`] did: the file's layout, and whether the file was written at all (not when
+/// it would be the site's file, byte for byte).
+pub struct Written {
+    pub layout: Layout,
+    pub changed: bool,
 }
 
 /// Write the file `name` into `out`: `head`, the part of each of `keys` (`sep` between
 /// two), then `tail`. A part is copied from the site's file when `reuse` holds its layout and
-/// its row is not among the changed ones; else `render(i)` makes the part of `keys[i]`. What
-/// is written is the same either way; its layout is returned, to be saved once the file is
-/// in its place ([`Layouts::save`]).
+/// its row is not among the changed ones, or when the part rendered again is the old one
+/// byte for byte; else `render(i)` makes the part of `keys[i]`. What is written is the same
+/// either way, and nothing is written when it would be the site's file as it is. Its layout
+/// is returned, to be saved once the file is in its place ([`Layouts::save`]).
 pub fn write(
     out: &Path,
     name: &str,
@@ -157,68 +200,106 @@ pub fn write(
     keys: &[&str],
     render: impl Fn(usize) -> Result<Vec<u8>>,
     reuse: Option<&Reuse>,
-) -> Result<Layout> {
+) -> Result<Written> {
     let path = out.join(name);
     let writing = || format!("writing {}", path.display());
     let old = reuse.and_then(|r| Old::open(r, name, sep).map(|old| (old, r.changed)));
-    let mut file =
-        BufWriter::with_capacity(1 << 16, std::fs::File::create(&path).with_context(writing)?);
-    file.write_all(head).with_context(writing)?;
     let mut parts = Vec::with_capacity(keys.len());
-    // A run of old parts that lie one after the other in the old file (with the separators
-    // between them): (start, end, place of the last).
-    let mut run: Option<(u64, u64, usize)> = None;
-    let copy = |run: (u64, u64, usize), file: &mut BufWriter<std::fs::File>, old: &Old| {
-        let mut from = &old.file;
-        from.seek(SeekFrom::Start(run.0))?;
-        let want = run.1 - run.0;
-        let copied = std::io::copy(&mut from.take(want), file)?;
-        anyhow::ensure!(copied == want, "the old file ended early");
-        Ok::<(), anyhow::Error>(())
-    };
+    let mut pieces: Vec<Piece> = Vec::new();
     for (i, key) in keys.iter().enumerate() {
-        let reused = old
-            .as_ref()
-            .filter(|(_, changed)| !changed.contains(*key))
-            .and_then(|(old, _)| old.at.get(*key));
-        match (reused, run) {
+        let held = old.as_ref().and_then(|(old, _)| old.at.get(*key));
+        let fresh = match (held, &old) {
+            (Some(_), Some((_, changed))) if !changed.contains(*key) => None,
+            _ => Some(render(i)?),
+        };
+        let reused = match (held, &fresh, &old) {
+            (Some(&(place, offset, len)), None, Some((old, _))) => {
+                Some((&old.file, place, offset, len))
+            }
+            (Some(&(place, offset, len)), Some(part), Some((old, _)))
+                if old.holds((offset, len), part) =>
+            {
+                Some((&old.file, place, offset, len))
+            }
+            _ => None,
+        };
+        match (reused, pieces.last_mut()) {
             // Next to the run: the run grows over the separator and this part.
-            (Some(&(place, offset, len)), Some((start, _, last))) if place == last + 1 => {
-                run = Some((start, offset + len, place));
-                parts.push((key.to_string(), len));
-                continue;
-            }
-            _ => {}
-        }
-        if let (Some(r), Some((old, _))) = (run.take(), old.as_ref()) {
-            copy(r, &mut file, old).with_context(writing)?;
-        }
-        if i > 0 {
-            file.write_all(sep).with_context(writing)?;
-        }
-        match reused {
-            Some(&(place, offset, len)) => {
-                run = Some((offset, offset + len, place));
+            (Some((_, place, offset, len)), Some(Piece::Old { end, last, .. }))
+                if place == *last + 1 =>
+            {
+                (*end, *last) = (offset + len, place);
                 parts.push((key.to_string(), len));
             }
-            None => {
-                let part = render(i)?;
-                file.write_all(&part).with_context(writing)?;
+            (Some((from, place, offset, len)), _) => {
+                pieces.push(Piece::Old {
+                    from,
+                    start: offset,
+                    end: offset + len,
+                    last: place,
+                });
+                parts.push((key.to_string(), len));
+            }
+            (None, _) => {
+                let part = fresh.unwrap_or_default();
                 parts.push((key.to_string(), part.len() as u64));
+                pieces.push(Piece::New(part));
             }
         }
     }
-    if let (Some(r), Some((old, _))) = (run, old.as_ref()) {
-        copy(r, &mut file, old).with_context(writing)?;
+    let layout = Layout {
+        head: head.len() as u64,
+        sep: sep.len() as u64,
+        parts,
+    };
+    // The old file whole, in one run, between the same head and tail: nothing to write.
+    if let Some((old, _)) = &old {
+        let whole_run = match pieces.as_slice() {
+            [] => old.at.is_empty(),
+            [
+                Piece::Old {
+                    start, end, last, ..
+                },
+            ] => *start == old.head && *end == old.end && *last + 1 == old.at.len(),
+            _ => false,
+        };
+        if whole_run
+            && old.read(0, old.head).is_ok_and(|h| h == head)
+            && old.read(old.end, old.len).is_ok_and(|t| t == tail)
+        {
+            return Ok(Written {
+                layout,
+                changed: false,
+            });
+        }
+    }
+    let mut file =
+        BufWriter::with_capacity(1 << 16, std::fs::File::create(&path).with_context(writing)?);
+    file.write_all(head).with_context(writing)?;
+    for (i, piece) in pieces.iter().enumerate() {
+        if i > 0 {
+            file.write_all(sep).with_context(writing)?;
+        }
+        match piece {
+            Piece::New(part) => file.write_all(part).with_context(writing)?,
+            Piece::Old {
+                from, start, end, ..
+            } => {
+                let mut from = *from;
+                from.seek(SeekFrom::Start(*start)).with_context(writing)?;
+                let copied =
+                    std::io::copy(&mut from.take(end - start), &mut file).with_context(writing)?;
+                anyhow::ensure!(copied == end - start, "{name}: the old file ended early");
+            }
+        }
     }
     file.write_all(tail).with_context(writing)?;
     file.into_inner()
         .map_err(|e| e.into_error())
         .with_context(writing)?;
-    Ok(Layout {
-        head: head.len() as u64,
-        sep: sep.len() as u64,
-        parts,
+    Ok(Written {
+        layout,
+        changed: true,
     })
 }
 
@@ -246,7 +327,7 @@ mod tests {
     /// The array `rows` as one document `{"rows": [...]}`, pretty, written by `write`.
     fn written(out: &Path, rows: &[(&str, Value)], reuse: Option<&Reuse>) -> (Vec<u8>, Layout) {
         let keys: Vec<&str> = rows.iter().map(|(k, _)| *k).collect();
-        let layout = write(
+        let written = write(
             out,
             "rows.json",
             (b"{\n  \"rows\": [\n    ", b",\n    ", b"\n  ]\n}\n"),
@@ -255,7 +336,11 @@ mod tests {
             reuse,
         )
         .expect("write");
-        (std::fs::read(out.join("rows.json")).unwrap(), layout)
+        assert!(written.changed);
+        (
+            std::fs::read(out.join("rows.json")).unwrap(),
+            written.layout,
+        )
     }
 
     fn whole(rows: &[(&str, Value)]) -> Vec<u8> {
@@ -314,6 +399,40 @@ mod tests {
             whole(&after)
         );
         assert_eq!(rendered.get(), 2, "only B and F are rendered");
+
+        // A changed row whose part is the same, nothing else changed: nothing is written.
+        let empty = tempfile::tempdir().unwrap();
+        let same: BTreeSet<String> = ["C".to_string()].into();
+        let reuse = Reuse {
+            site: site.path(),
+            layouts: &layouts,
+            changed: &same,
+        };
+        let keys: Vec<&str> = before.iter().map(|(k, _)| *k).collect();
+        let frame: (&[u8], &[u8], &[u8]) = (b"{\n  \"rows\": [\n    ", b",\n    ", b"\n  ]\n}\n");
+        let render = |i: usize| pretty_at(&before[i].1, "    ");
+        let unchanged = write(
+            empty.path(),
+            "rows.json",
+            frame,
+            &keys,
+            render,
+            Some(&reuse),
+        );
+        assert!(!unchanged.unwrap().changed);
+        assert!(!empty.path().join("rows.json").exists());
+        // The same parts under another head: written.
+        let frame = (&b"{\n  \"rowz\": [\n    "[..], frame.1, frame.2);
+        let other = write(
+            empty.path(),
+            "rows.json",
+            frame,
+            &keys,
+            render,
+            Some(&reuse),
+        );
+        assert!(other.unwrap().changed);
+        assert!(empty.path().join("rows.json").exists());
 
         // The site's file written by anything else (same length): rendered whole.
         let edited = std::fs::read(site.path().join("rows.json"))

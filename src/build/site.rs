@@ -853,22 +853,36 @@ pub fn write_projections(
     std::thread::scope(|s| -> Result<_> {
         let tools = s.spawn(|| write_mcp_tools(out, rows, reuse));
         let registry = write_registry(out, rows, common, urls, prints, reuse)?;
-        write(
-            &out.join("counts.json"),
-            serde_json::to_string_pretty(common.counts)? + "\n",
+        // These are rendered whole, and written unless the site has them as they are.
+        let site = reuse.map(|r| r.site);
+        let counts = serde_json::to_string_pretty(common.counts)? + "\n";
+        write_unless_same(out, site, "counts.json", counts.as_bytes())?;
+        write_unless_same(
+            out,
+            site,
+            "llms.txt",
+            llms_txt(rows, common, urls).as_bytes(),
         )?;
-        write(&out.join("llms.txt"), llms_txt(rows, common, urls))?;
-        write(&out.join("sitemap.xml"), sitemap(rows, urls, categories))?;
+        let map = sitemap(rows, urls, categories);
+        write_unless_same(out, site, "sitemap.xml", map.as_bytes())?;
         let search = write_search_index(out, rows, reuse)?;
         let tools = tools
             .join()
             .unwrap_or_else(|_| Err(anyhow::anyhow!("writing the MCP tools panicked")))?;
         Ok(vec![
-            (MCP_TOOLS, tools),
-            (REGISTRY, registry),
-            (SEARCH_INDEX, search),
+            (MCP_TOOLS, tools.layout),
+            (REGISTRY, registry.layout),
+            (SEARCH_INDEX, search.layout),
         ])
     })
+}
+
+/// Write `bytes` as `out`'s file `rel`, unless `site` has them there already.
+fn write_unless_same(out: &Path, site: Option<&Path>, rel: &str, bytes: &[u8]) -> Result<()> {
+    if site.is_some_and(|site| std::fs::read(site.join(rel)).is_ok_and(|old| old == bytes)) {
+        return Ok(());
+    }
+    write(&out.join(rel), bytes)
 }
 
 /// The projections written a part per row ([`parts`]).
@@ -882,7 +896,7 @@ fn write_search_index(
     out: &Path,
     rows: &[&Row],
     reuse: Option<&parts::Reuse>,
-) -> Result<parts::Layout> {
+) -> Result<parts::Written> {
     let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
     parts::write(
         out,
@@ -909,7 +923,7 @@ fn write_mcp_tools(
     out: &Path,
     rows: &[&Row],
     reuse: Option<&parts::Reuse>,
-) -> Result<parts::Layout> {
+) -> Result<parts::Written> {
     std::fs::create_dir_all(out.join("mcp"))?;
     let tools: Vec<&Row> = rows.iter().copied().filter(|r| r.planner_visible).collect();
     let keys: Vec<&str> = tools.iter().map(|r| r.key.as_str()).collect();
@@ -937,7 +951,7 @@ fn write_registry(
     urls: &Urls,
     prints: &HashMap<String, String>,
     reuse: Option<&parts::Reuse>,
-) -> Result<parts::Layout> {
+) -> Result<parts::Written> {
     let mut listed: Vec<&Row> = rows
         .iter()
         .copied()
