@@ -39,9 +39,6 @@ pub const FILE: &str = ".checked";
 /// The list's first line: a list without it (of an older capdir) is not read.
 const HEADER: &str = "capdir checked 3";
 
-/// The site's snapshot, whose stamp the list's second line records.
-const SNAPSHOT: &str = "catalogue.sqlite";
-
 /// A SHA-256.
 pub type Digest = [u8; 32];
 
@@ -76,6 +73,16 @@ impl Stamp {
     #[cfg(not(unix))]
     pub fn of(_: &std::fs::Metadata) -> Option<Stamp> {
         None
+    }
+
+    /// The stamp of the file at `path` now, if it is there.
+    pub fn at(path: &Path) -> Option<Stamp> {
+        Stamp::of(&std::fs::metadata(path).ok()?)
+    }
+
+    /// The stamp as the lists write it, or `-` for none.
+    fn render_or_none(stamp: Option<Stamp>) -> String {
+        stamp.map_or_else(|| "-".to_string(), |s| s.render())
     }
 
     /// The stamp to record of a file of metadata `meta` read from `read_at` on: none when it
@@ -175,9 +182,7 @@ impl Clean {
         let Some(snapshot) = lines.next().and_then(|l| l.strip_prefix("snapshot ")) else {
             return Clean::default();
         };
-        let now = std::fs::metadata(site.join(SNAPSHOT))
-            .ok()
-            .and_then(|m| Stamp::of(&m));
+        let now = Stamp::at(&site.join(snapshot::FILE));
         let snapshot_same = now.is_some() && Stamp::parse(snapshot) == now;
         let hex32 = |s: &str| hex::decode_to_array::<_, 32>(s).ok();
         let files = lines
@@ -219,16 +224,10 @@ impl Clean {
         text.push('\n');
         // The snapshot as it is now, written before the list (a snapshot written after it has
         // another stamp, and then every unread row's digest is made again).
-        let snapshot = std::fs::metadata(site.join(SNAPSHOT))
-            .ok()
-            .and_then(|m| Stamp::of(&m));
-        let _ = writeln!(
-            text,
-            "snapshot {}",
-            snapshot.map_or_else(|| "-".to_string(), |s| s.render())
-        );
+        let snapshot = Stamp::at(&site.join(snapshot::FILE));
+        let _ = writeln!(text, "snapshot {}", Stamp::render_or_none(snapshot));
         for (name, e) in &self.files {
-            let stamp = e.stamp.map_or_else(|| "-".to_string(), |s| s.render());
+            let stamp = Stamp::render_or_none(e.stamp);
             let _ = writeln!(
                 text,
                 "{} {} {stamp} {name}",
@@ -454,9 +453,7 @@ mod tests {
     #[test]
     fn a_file_is_left_unread_only_with_its_settled_stamp() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ECHO_ME.yaml");
-        std::fs::write(&path, ROW).unwrap();
-        let meta = std::fs::metadata(&path).unwrap();
+        let (path, meta) = row_file(dir.path());
         let now = SystemTime::now();
         assert_eq!(
             Stamp::settled(&meta, now),
@@ -469,13 +466,7 @@ mod tests {
         assert_eq!(Stamp::parse("1:2.3:4.5"), None);
         assert_eq!(Stamp::parse("1:2.3:4.5:6:7"), None);
 
-        let files = vec![SourceFile {
-            path: path.clone(),
-            bytes: ROW.as_bytes().to_vec(),
-        }];
-        let checked = crate::check::check_files(&files);
-        let digests: Vec<Digest> = files.iter().map(bytes_digest).collect();
-        let clean = Clean::of(&files, &digests, &[Some(stamp)], &checked, Clean::default());
+        let (files, digests, checked, clean) = checked_one(&path, Some(stamp));
         let site = tempfile::tempdir().unwrap();
         clean.write(site.path()).unwrap();
         let clean = Clean::read(site.path());
@@ -505,20 +496,35 @@ mod tests {
         assert!(Clean::read(site.path()).is_empty());
     }
 
-    #[test]
-    fn an_unread_row_skips_its_digest_only_while_the_snapshot_keeps_its_stamp() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ECHO_ME.yaml");
+    /// `ROW` written as a file of `dir`: its path and metadata.
+    fn row_file(dir: &Path) -> (std::path::PathBuf, std::fs::Metadata) {
+        let path = dir.join("ECHO_ME.yaml");
         std::fs::write(&path, ROW).unwrap();
         let meta = std::fs::metadata(&path).unwrap();
-        let stamp = Stamp::of(&meta);
+        (path, meta)
+    }
+
+    /// The file at `path` (holding `ROW`) read, checked, and listed clean with `stamp`.
+    fn checked_one(
+        path: &Path,
+        stamp: Option<Stamp>,
+    ) -> (Vec<SourceFile>, Vec<Digest>, Checked, Clean) {
         let files = vec![SourceFile {
-            path: path.clone(),
+            path: path.to_path_buf(),
             bytes: ROW.as_bytes().to_vec(),
         }];
         let checked = crate::check::check_files(&files);
         let digests: Vec<Digest> = files.iter().map(bytes_digest).collect();
         let clean = Clean::of(&files, &digests, &[stamp], &checked, Clean::default());
+        (files, digests, checked, clean)
+    }
+
+    #[test]
+    fn an_unread_row_skips_its_digest_only_while_the_snapshot_keeps_its_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = row_file(dir.path());
+        let stamp = Stamp::of(&meta);
+        let (_, _, checked, clean) = checked_one(&path, stamp);
         let row = &checked.rows[0];
         let mut other = row.clone();
         other.category = "elsewhere".into();
@@ -528,7 +534,7 @@ mod tests {
         clean.write(site.path()).unwrap();
         assert!(!Clean::read(site.path()).takes_unread(&path, &other));
         // The snapshot as the list saw it: its rows are taken as the list recorded them.
-        std::fs::write(site.path().join(SNAPSHOT), "rows").unwrap();
+        std::fs::write(site.path().join(snapshot::FILE), "rows").unwrap();
         clean.write(site.path()).unwrap();
         let read = Clean::read(site.path());
         assert!(read.takes_unread(&path, row));
@@ -536,7 +542,7 @@ mod tests {
         assert_eq!(read, clean, "the same list");
         // The snapshot written since (same length): each row's digest is made again.
         std::thread::sleep(Duration::from_millis(20));
-        std::fs::write(site.path().join(SNAPSHOT), "ROWS").unwrap();
+        std::fs::write(site.path().join(snapshot::FILE), "ROWS").unwrap();
         let read = Clean::read(site.path());
         assert!(read.takes_unread(&path, row));
         assert!(!read.takes_unread(&path, &other));

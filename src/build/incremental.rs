@@ -198,7 +198,7 @@ pub struct Built {
     /// Files changed since the manifest was last written, relative to the site.
     touched: BTreeSet<String>,
     /// Category pages changed since the pages were last written.
-    stale: StaleCategories,
+    stale: Stale,
     /// What the rules across rows say of `rows`, when a gate has worked it out (the write
     /// path keeps it from one write to the next).
     pub across: Option<Vec<crate::row::diag::Diagnostic>>,
@@ -236,7 +236,7 @@ impl Built {
         // 10,000 rows the opening ran each of these one after the other on one core while the
         // gate's rules of one file (210 ms) ran on the other. What each finds is looked at in
         // the order it was found in before: the gate decides first.
-        let snapshot_path = out.join("catalogue.sqlite");
+        let snapshot_path = out.join(snapshot::FILE);
         let panicked = |what: &str| BuildError::Other(anyhow::anyhow!("reading {what} panicked"));
         let (files, snap, extras, rest) = std::thread::scope(|s| {
             let snap = s.spawn(|| snapshot::open(&snapshot_path).ok());
@@ -429,7 +429,7 @@ impl Built {
             reused: reused.len(),
             unread,
             touched: BTreeSet::new(),
-            stale: StaleCategories::default(),
+            stale: Stale::default(),
             across: None,
         };
         Ok(Opened::Ready(Box::new(built), delta))
@@ -706,7 +706,7 @@ impl Built {
             .map(|k| (k.as_str(), self.tombstones.get(k)))
             .collect();
         snapshot::update(
-            &self.out.join("catalogue.sqlite"),
+            &self.out.join(snapshot::FILE),
             &snapshot::Update {
                 rows: upserted,
                 removed,
@@ -717,7 +717,7 @@ impl Built {
             &self.history,
             &self.prints,
         )?;
-        self.touched.insert("catalogue.sqlite".into());
+        self.touched.insert(snapshot::FILE.into());
         steps.lap("snapshot");
 
         let rows = delta
@@ -813,7 +813,7 @@ impl Built {
 /// the layouts of those files as the last pages left them, taken from the site when the first
 /// change since was applied.
 #[derive(Debug, Default)]
-struct StaleCategories {
+struct Stale {
     every: bool,
     names: BTreeSet<String>,
     keys: BTreeSet<String>,
@@ -821,7 +821,7 @@ struct StaleCategories {
     layouts: Option<parts::Layouts>,
 }
 
-impl StaleCategories {
+impl Stale {
     /// The rows of `keys` are stale, and the categories of those `rows` has.
     fn mark(&mut self, rows: &BTreeMap<String, Arc<Row>>, keys: &[String]) {
         self.keys.extend(keys.iter().cloned());
@@ -885,7 +885,7 @@ pub struct Pages {
     urls: Urls,
     repo_url: Option<String>,
     touched: BTreeSet<String>,
-    stale: StaleCategories,
+    stale: Stale,
     tera: Arc<tera::Tera>,
 }
 

@@ -467,7 +467,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                     history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
                 }
                 snapshot::write(
-                    &tmp.join("catalogue.sqlite"),
+                    &tmp.join(snapshot::FILE),
                     &all_rows,
                     &history,
                     &tombs,

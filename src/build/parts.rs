@@ -1,8 +1,8 @@
-//! Files of one part per row between a head and a tail (`mcp/tools.json`, `registry.json`):
-//! written whole by a build, and after a change written again from the file as it is. The
-//! parts of rows that did not change are copied from the old file to the new one by the kernel
-//! (runs of them at once), and only the changed rows' parts are rendered. At 10,000 rows these
-//! two files are 12 MB, and rendering them whole was a sixth of a one-row rebuild's CPU.
+//! Files of one part per row between a head and a tail (`mcp/tools.json`, `registry.json`,
+//! `search.json`): written whole by a build, and after a change written again from the file as
+//! it is. The parts of rows that did not change are copied from the old file to the new one by
+//! the kernel (runs of them at once), and only the changed rows' parts are rendered. At 10,000
+//! rows these files are 15 MB, and rendering them whole was a sixth of a one-row rebuild's CPU.
 //!
 //! Where each part lies is kept in the site's `.parts`, with the stamp ([`Stamp`]) each file
 //! had once in its place. A file whose stamp moved since (anything wrote it), or one the list
@@ -11,6 +11,7 @@
 use crate::build::checked::Stamp;
 use anyhow::{Context as _, Result};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::io::{BufWriter, Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::Path;
 
@@ -88,21 +89,19 @@ impl Layouts {
             let Some(stamp) = Stamp::of(&meta) else {
                 continue;
             };
-            text.push_str(&format!(
-                "file {name} {} {} {} {}\n",
+            let _ = writeln!(
+                text,
+                "file {name} {} {} {} {}",
                 stamp.render(),
                 layout.head,
                 layout.sep,
                 layout.parts.len()
-            ));
+            );
             for (key, len) in &layout.parts {
-                text.push_str(&format!("{len} {key}\n"));
+                let _ = writeln!(text, "{len} {key}");
             }
         }
-        let tmp = site.join(format!("{PARTS}.tmp-{}", std::process::id()));
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, site.join(PARTS))
-            .with_context(|| format!("moving {PARTS} into {}", site.display()))
+        crate::build::incremental::replace(&site.join(PARTS), text.as_bytes())
     }
 }
 

@@ -305,6 +305,8 @@ mod tests {
                 format!("https://s.example.com/c/k/{}.md", row.key),
             ),
         ] {
+            // The link is the one every other page gives the contract.
+            assert_eq!(urls.site_file(&format!("k/{}.md", row.key)), link);
             let mut line = String::from("before\n");
             push_llms_line(&mut line, &row, &urls);
             assert_eq!(

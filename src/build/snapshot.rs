@@ -503,6 +503,9 @@ pub fn open(path: &Path) -> Result<Snapshot> {
     })
 }
 
+/// The snapshot's file name in the site.
+pub const FILE: &str = "catalogue.sqlite";
+
 /// What an incremental rebuild reads of the site it changes, besides the rows.
 #[derive(Debug, Default)]
 pub struct Built {
