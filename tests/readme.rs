@@ -1,7 +1,9 @@
 //! The README's first command, run as a newcomer runs it: `capdir serve` in a copy of the
 //! project with no `site/` and no `data/`, the owner key from the environment. It must build
 //! the bundled catalogue, answer an ask, run a row with a receipt, and leave a ledger in WAL
-//! mode with full fsync.
+//! mode with full fsync. The binary is the release build the tests use, or the one
+//! `CAPDIR_FIRST_BIN` names: `.ci/run first` names the debug build the README's first
+//! command (`cargo run -- serve`) makes, so that build is held to the same checks.
 
 use serde_json::{Value as Json, json};
 use std::path::Path;
@@ -32,7 +34,10 @@ async fn the_first_command_on_a_fresh_copy() {
         .port();
     let log = std::fs::File::create(dir.join("serve.log")).expect("log");
     // `CAPDIR_OWNER_KEY=change-me capdir serve`, on a free port instead of 8080.
-    let mut server = Command::new(env!("CARGO_BIN_EXE_capdir"))
+    let bin = std::env::var_os("CAPDIR_FIRST_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_capdir").into());
+    let mut server = Command::new(&bin)
         .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
         .current_dir(dir)
         .env("CAPDIR_OWNER_KEY", OWNER)
