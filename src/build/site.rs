@@ -181,8 +181,8 @@ pub fn example_call(c: &Contract) -> String {
     )
 }
 
-/// Renders contracts one after another, reusing one context: the parts every page shares
-/// are serialised into it once, and each row's values replace the last row's.
+/// Renders contracts one after another: the parts every page shares are serialised once,
+/// and each row's context is its own values beside a copy of them.
 struct Renderer<'t> {
     tera: &'t Tera,
     page: tera::Context,
@@ -272,24 +272,27 @@ impl<'t> Renderer<'t> {
     }
 
     /// The markdown and HTML pages of contract `c`.
+    ///
+    /// The contract's fields are names of the context itself (`key`, `what`, `history`), not
+    /// of an object in it (`c.key`): tera reads a name without a dot straight from the
+    /// context, and a dotted one by a pointer walk that allocates four strings a use, which
+    /// was most of the time spent rendering a row's pages.
     fn contract(&mut self, c: &Contract) -> Result<(String, String)> {
         let troubleshooting: Vec<String> =
             c.troubleshooting.iter().map(|t| self.inline(t)).collect();
         let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| self.inline(m)).collect();
-        let ctx = &mut self.page;
-        ctx.insert("c", c);
-        ctx.insert("history", &c.history);
+        let mut ctx = tera::Context::from_value(serde_json::to_value(c)?)?;
+        ctx.extend(self.page.clone());
         ctx.insert("call", &example_call(c));
         let schema = match &c.input_schema {
             Some(s) => serde_json::to_string_pretty(s)?,
             None => String::new(),
         };
         ctx.insert("schema", &schema);
-        ctx.insert("troubleshooting", &troubleshooting);
-        ctx.insert("may_invoke", &may_invoke.join("; "));
-        // The markdown template reads only `c`: it renders from the page's context.
-        let md = self.tera.render("contract.md", ctx)?;
-        let page = self.tera.render("row.html", ctx)?;
+        ctx.insert("troubleshooting_html", &troubleshooting);
+        ctx.insert("may_invoke_html", &may_invoke.join("; "));
+        let md = self.tera.render("contract.md", &ctx)?;
+        let page = self.tera.render("row.html", &ctx)?;
         Ok((md, page))
     }
 }
