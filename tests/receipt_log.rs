@@ -341,9 +341,64 @@ async fn thousands_of_receipts_proven_offline_from_first_to_last() {
 
 /// A dispatcher in `dir` on a site built there from the bundled catalogue, the owner key set.
 async fn serve_bundled(dir: &Path) -> Served {
+    serve_bundled_logging(dir, "info").await
+}
+
+/// [`serve_bundled`] with its log at `level` (`RUST_LOG`).
+async fn serve_bundled_logging(dir: &Path, level: &str) -> Served {
     let catalogue = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue");
     capdir::build::run(&capdir::build::Options::new(catalogue, dir.join("site"))).expect("build");
-    Served::start(dir, &[], &[("CAPDIR_OWNER_KEY", OWNER)]).await
+    Served::start(
+        dir,
+        &[],
+        &[("CAPDIR_OWNER_KEY", OWNER), ("RUST_LOG", level)],
+    )
+    .await
+}
+
+/// The dispatcher's log at its default level names every call that did not run as asked
+/// (here one refused for its missing argument) and none that did, whose receipts are their record; at debug it
+/// names both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_log_names_the_calls_that_went_wrong() {
+    for (level, names_a_call_that_ran) in [("info", false), ("debug", true)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let served = serve_bundled_logging(dir.path(), level).await;
+        let client = common::client();
+        let ran = common::invoke_echo(&client, served.port, OWNER, "a call that runs")
+            .await
+            .expect("ECHO ran");
+        let refused: Json = client
+            .post(served.url("/api/dispatch"))
+            .header("x-owner-key", OWNER)
+            .json(&serde_json::json!({"key": "SHA256", "body": ""}))
+            .send()
+            .await
+            .expect("refused call")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(refused["error"]["code"], "refused", "{refused}");
+        let refused = refused["receipt"].as_str().expect("a receipt").to_string();
+        drop(served);
+        let log = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "log"))
+            .map(|p| std::fs::read_to_string(p).expect("log"))
+            .expect("the server's log");
+        let line_of = |id: &str| log.lines().find(|l| l.contains(id)).map(str::to_string);
+        let refused_line = line_of(&refused).unwrap_or_else(|| panic!("{level}: {log}"));
+        assert!(
+            refused_line.contains("INFO") && refused_line.contains("status=REFUSED"),
+            "{refused_line}"
+        );
+        assert_eq!(
+            line_of(&ran).is_some(),
+            names_a_call_that_ran,
+            "{level}: {log}"
+        );
+    }
 }
 
 /// The tree is the chain's: `capdir ledger verify` (online) finds a changed tree node.
