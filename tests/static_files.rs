@@ -119,7 +119,13 @@ async fn only_regular_files_under_the_site_are_served() {
             }
         }
     }
-    for expected in ["/.history.json", "/.build-options.json", "/.page-inputs"] {
+    for expected in [
+        "/.history.json",
+        "/.build-options.json",
+        "/.page-inputs",
+        "/.parts",
+        "/.checked",
+    ] {
         assert!(
             dot_paths.iter().any(|p| p == expected),
             "the build no longer leaves {expected}; found {dot_paths:?}"

@@ -229,13 +229,8 @@ pub fn push_llms_line(out: &mut String, row: &Row, urls: &Urls) {
     out.push_str("- [");
     out.push_str(&row.key);
     out.push_str("](");
-    if let Some(base) = urls.site_base() {
-        out.push_str(base);
-        out.push('/');
-    }
-    out.push_str("k/");
-    out.push_str(&row.key);
-    out.push_str(".md): ");
+    urls.push_site_file(out, &["k/", &row.key, ".md"]);
+    out.push_str("): ");
     out.push_str(row.what());
 }
 

@@ -55,9 +55,20 @@ impl Urls {
 
     /// A file of the site (`k/KEY.md`) as a link: absolute when the site's address is known.
     pub fn site_file(&self, path: &str) -> String {
-        match self.site_base() {
-            Some(base) => format!("{base}/{path}"),
-            None => path.to_string(),
+        let mut link = String::new();
+        self.push_site_file(&mut link, &[path]);
+        link
+    }
+
+    /// [`Urls::site_file`] of the path made of `pieces`, written onto the end of `out` (for a
+    /// file that holds a link per row: no string is made for each).
+    pub fn push_site_file(&self, out: &mut String, pieces: &[&str]) {
+        if let Some(base) = self.site_base() {
+            out.push_str(base);
+            out.push('/');
+        }
+        for piece in pieces {
+            out.push_str(piece);
         }
     }
 

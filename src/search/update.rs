@@ -17,7 +17,7 @@
 
 use super::{
     ANALYZER, Fields, RowMeta, Searcher, Terms, Vocabulary, add_term_fields, analyzer, document,
-    fields_of, indexable, meta, positions, term_fields, vocabulary,
+    document_text, fields_of, indexable, meta, positions, term_fields, vocabulary,
 };
 use crate::row::Row;
 use anyhow::{Context as _, Result, bail};
@@ -51,19 +51,6 @@ pub struct IndexState {
     terms: Arc<Terms>,
     /// The row vectors, in `rows.json`'s order (none for an index built without them).
     vectors: Option<Arc<super::semantic::RowVectors>>,
-}
-
-/// Whether two rows of one key index the same text (`document_text`: their key's words, the
-/// same for one key, then their docstring, category and asks).
-fn same_text(a: &Row, b: &Row) -> bool {
-    let (x, y) = (a.doc(), b.doc());
-    a.key == b.key
-        && x.what == y.what
-        && x.when_to_use == y.when_to_use
-        && x.args == y.args
-        && x.output == y.output
-        && a.category == b.category
-        && a.asks == b.asks
 }
 
 impl std::fmt::Debug for IndexState {
@@ -168,7 +155,9 @@ impl IndexState {
             let indexed = r.enabled && r.planner_visible;
             let same = indexed
                 && self.by_key.contains_key(&r.key)
-                && held(&r.key).is_some_and(|old| same_text(old, r));
+                && held(&r.key).is_some_and(|old| {
+                    document_text(old, &self.words) == document_text(r, &self.words)
+                });
             if same {
                 kept.push(r);
             } else {
