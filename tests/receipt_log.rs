@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 const OWNER: &str = "receipt-log-owner";
+const TOKEN_KEY: &str = "receipt-log-test-signing-key-0123456789";
 const BIN: &str = env!("CARGO_BIN_EXE_capdir");
 
 fn capdir(dir: &Path, args: &[&str]) -> Output {
@@ -351,14 +352,19 @@ async fn serve_bundled_logging(dir: &Path, level: &str) -> Served {
     Served::start(
         dir,
         &[],
-        &[("CAPDIR_OWNER_KEY", OWNER), ("RUST_LOG", level)],
+        &[
+            ("CAPDIR_OWNER_KEY", OWNER),
+            ("CAPDIR_TOKEN_KEY", TOKEN_KEY),
+            ("RUST_LOG", level),
+        ],
     )
     .await
 }
 
-/// The dispatcher's log at its default level names every call that did not run as asked
-/// (here one refused for its missing argument) and none that did, whose receipts are their record; at debug it
-/// names both.
+/// The dispatcher's log at its default level names every call that did not run as asked and
+/// none that did, whose receipts are their record; at debug it names both. The calls that went
+/// wrong: one refused for its missing argument, and one of a caller whose token does not reach
+/// the row (an untrusted caller cannot keep a refusal out of the default log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_log_names_the_calls_that_went_wrong() {
     for (level, names_a_call_that_ran) in [("info", false), ("debug", true)] {
@@ -368,18 +374,32 @@ async fn the_default_log_names_the_calls_that_went_wrong() {
         let ran = common::invoke_echo(&client, served.port, OWNER, "a call that runs")
             .await
             .expect("ECHO ran");
-        let refused: Json = client
-            .post(served.url("/api/dispatch"))
-            .header("x-owner-key", OWNER)
-            .json(&serde_json::json!({"key": "SHA256", "body": ""}))
-            .send()
-            .await
-            .expect("refused call")
-            .json()
-            .await
-            .expect("json");
-        assert_eq!(refused["error"]["code"], "refused", "{refused}");
-        let refused = refused["receipt"].as_str().expect("a receipt").to_string();
+        let echo_only = capdir::access::token::TokenKey::from_text(TOKEN_KEY)
+            .expect("token key")
+            .sign(&common::claims_for(&served.url(""), &["ECHO"]));
+        let mut refused = Vec::new();
+        for (header, credential, body, code) in [
+            ("x-owner-key", OWNER.to_string(), "", "refused"),
+            (
+                "authorization",
+                format!("Bearer {echo_only}"),
+                "text",
+                "scope",
+            ),
+        ] {
+            let answer: Json = client
+                .post(served.url("/api/dispatch"))
+                .header(header, credential)
+                .json(&serde_json::json!({"key": "SHA256", "body": body}))
+                .send()
+                .await
+                .expect("refused call")
+                .json()
+                .await
+                .expect("json");
+            assert_eq!(answer["error"]["code"], code, "{answer}");
+            refused.push(answer["receipt"].as_str().expect("a receipt").to_string());
+        }
         drop(served);
         let log = std::fs::read_dir(dir.path())
             .expect("dir")
@@ -388,11 +408,13 @@ async fn the_default_log_names_the_calls_that_went_wrong() {
             .map(|p| std::fs::read_to_string(p).expect("log"))
             .expect("the server's log");
         let line_of = |id: &str| log.lines().find(|l| l.contains(id)).map(str::to_string);
-        let refused_line = line_of(&refused).unwrap_or_else(|| panic!("{level}: {log}"));
-        assert!(
-            refused_line.contains("INFO") && refused_line.contains("status=REFUSED"),
-            "{refused_line}"
-        );
+        for id in &refused {
+            let line = line_of(id).unwrap_or_else(|| panic!("{level}: {id} not in {log}"));
+            assert!(
+                line.contains("INFO") && line.contains("status=REFUSED"),
+                "{line}"
+            );
+        }
         assert_eq!(
             line_of(&ran).is_some(),
             names_a_call_that_ran,

@@ -591,9 +591,10 @@ impl Dispatcher {
                 e => e,
             })?;
             // A call that failed, was refused, or ran and produced nothing can be repaired.
-            let repairable = [Status::Failed, Status::Refused, Status::RanNoMaterial]
-                .iter()
-                .any(|st| earlier.draft.status == st.as_str());
+            let repairable = matches!(
+                Status::parse(&earlier.draft.status),
+                Some(Status::Failed | Status::Refused | Status::RanNoMaterial)
+            );
             if !repairable {
                 return Err(DispatchError::RepairsNotFailed {
                     repairs: repairs.clone(),
@@ -947,10 +948,7 @@ fn logged(receipt: &Receipt, counts: &Counts) {
             )
         };
     }
-    let ran = [Status::ProvenMaterialResult, Status::RanNoMaterial]
-        .iter()
-        .any(|s| d.status == s.as_str());
-    if ran {
+    if Status::parse(&d.status).is_some_and(Status::is_success) {
         invoked!(tracing::Level::DEBUG);
     } else {
         invoked!(tracing::Level::INFO);

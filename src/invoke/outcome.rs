@@ -23,6 +23,14 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status a runner ends with.
+    pub const ALL: [Status; 4] = [
+        Status::ProvenMaterialResult,
+        Status::RanNoMaterial,
+        Status::Failed,
+        Status::Refused,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::ProvenMaterialResult => "PROVEN_MATERIAL_RESULT",
@@ -30,6 +38,12 @@ impl Status {
             Status::Failed => "FAILED",
             Status::Refused => "REFUSED",
         }
+    }
+
+    /// The status a receipt names (`as_str`'s text); None for one no runner ends with (a
+    /// call waiting for, or decided by, a person).
+    pub fn parse(text: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|s| s.as_str() == text)
     }
 
     pub fn is_success(self) -> bool {
@@ -223,6 +237,18 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A receipt's status text reads back as the status that wrote it; a person's decision
+    /// (`APPROVED`, `DENIED`) or a waiting call is no runner's status.
+    #[test]
+    fn a_status_reads_back_from_its_text() {
+        for s in Status::ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+        for other in ["APPROVED", "DENIED", "PENDING_APPROVAL", "refused", ""] {
+            assert_eq!(Status::parse(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn renders_err_text() {
