@@ -35,6 +35,7 @@ use crate::build::{self, BuildError};
 use crate::check::secrets;
 use crate::check::{FileChange, check_change, check_file};
 use crate::dispatch::Dispatcher;
+use crate::invoke::outcome::Status;
 use crate::ledger::{self, Draft, Receipt};
 use crate::row::Row;
 use crate::row::catalogue::SourceFile;
@@ -696,7 +697,7 @@ impl Writer {
         };
         let (status, error_code, output, contract, commit) = match outcome {
             Refusal::None(done) => (
-                "PROVEN_MATERIAL_RESULT",
+                Status::ProvenMaterialResult,
                 None,
                 json!({
                     "op": request.op.name(),
@@ -710,14 +711,14 @@ impl Writer {
                 done.commit.clone(),
             ),
             Refusal::Token(r) => (
-                "REFUSED",
+                Status::Refused,
                 Some(r.reason.as_str().to_string()),
                 format!("ERR:{}:{}", r.reason.as_str(), r.message),
                 String::new(),
                 self.dispatcher.live().info.commit.clone(),
             ),
             Refusal::Gate(diags) => (
-                "REFUSED",
+                Status::Refused,
                 Some("refused".to_string()),
                 format!(
                     "ERR:refused:{}",
@@ -740,7 +741,7 @@ impl Writer {
             trace_id: stamp.trace_id.clone(),
             started_at: stamp.started_at.clone(),
             finished_at: crate::invoke::authority::now_rfc3339(),
-            status: status.into(),
+            status: status.as_str().into(),
             error_code,
             cost_usd: None,
             input_sha256: ledger::sha256_hex(&input),
