@@ -583,7 +583,12 @@ async fn tokens_need_a_write_scope_that_covers_the_row() {
             "/api/directory/BRAND_NEW",
             Some(&by_key),
             "application/yaml",
-            fn_row("BRAND_NEW", "misc", "Echo my words, brand new."),
+            fn_row(
+                "BRAND_NEW",
+                "misc",
+                "Counts the letters of a word, brand new.",
+            )
+            .replace("  - echo my words\n", "  - count the letters of a word\n"),
         )
         .await;
     assert_eq!(status, 201, "{v}");
@@ -829,7 +834,8 @@ async fn writes_are_off_unless_asked_for() {
 
 /// A token of one category cannot make its row the answer to another category's asks: the
 /// write that would push GOOD_ECHO (category text) down for its own ask is refused with the
-/// row it displaces named, and nothing is committed; a writer of both, or the owner, may.
+/// row it displaces named, and nothing is committed; a writer of every row it displaces, or the
+/// owner, may.
 #[tokio::test]
 async fn a_write_cannot_take_another_categorys_asks() {
     let s = Served::start(Mode::Direct, |_| {}).await;
@@ -860,8 +866,9 @@ async fn a_write_cannot_take_another_categorys_asks() {
     );
     assert_eq!(s.state(), before, "nothing committed");
     assert_eq!(s.file("TAKEOVER.yaml"), None);
-    // A token that may write the displaced row too may make the change.
-    let both = token(&["misc", "text"], &[]);
+    // A token that may write the displaced rows too may make the change (GOOD_FLOW's ask,
+    // "echo my text with the time", is close to TAKEOVER's words as well).
+    let both = token(&["misc", "text", "flows"], &[]);
     let (status, v) = s
         .send(
             "PUT",

@@ -125,20 +125,20 @@ pub struct Fusion {
     /// A row the vectors find must be at least this close to the request to count.
     pub floor: f32,
     /// When no row shares a word with the request, a row must be at least this close to be
-    /// an answer at all: a request of unknown words has vectors too, close to nothing. 0.25
-    /// with the SIF a = 1e-5 vectors, whose cosines run lower than the 1e-4 ones 0.3 was set
-    /// for (a paraphrase in `tests/search.rs` came to 0.296; TF Hub's 17 requests that share no
-    /// word with a row gain a little at 0.25: recall@5 0.433 to 0.436).
+    /// an answer at all: a request of unknown words has vectors too, close to nothing. 0.15 with
+    /// WordLlama's vectors, whose cosines run lower than MiniLM's: a paraphrase in
+    /// `tests/search.rs` comes to 0.175, and TF Hub's 17 requests that share no word with a row
+    /// gain two in recall@5 over 0.25 (0.445 to 0.448; eval/README.md).
     pub alone: f32,
 }
 
 impl Default for Fusion {
     fn default() -> Self {
         Fusion {
-            weight: 0.5,
+            weight: 1.0,
             depth: 100,
             floor: 0.1,
-            alone: 0.25,
+            alone: 0.15,
         }
     }
 }
@@ -364,15 +364,22 @@ fn add_rows(index: &Index, fields: &Fields, rows: &[&Row], vocabulary: &Vocabula
     Ok(())
 }
 
-/// What a row's vector is made of: its key's words, what it does and when to use it.
+/// What a row's vector is made of: its key's words, what it does, when to use it and the
+/// requests its author says it answers (its asks, which BM25 reads too): a row found by its
+/// asks alone must not lose them to rows that only sound closer.
 pub(crate) fn semantic_text(row: &Row, vocabulary: &Vocabulary) -> String {
     let d = row.doc();
-    format!(
+    let mut text = format!(
         "{}. {} {}",
         key_words(&row.key, vocabulary),
         d.what.as_deref().unwrap_or(""),
         d.when_to_use.as_deref().unwrap_or("")
-    )
+    );
+    for ask in &row.asks {
+        text.push_str(". ");
+        text.push_str(ask);
+    }
+    text
 }
 
 fn row_vectors(rows: &[&Row], vocabulary: &Vocabulary) -> Result<semantic::RowVectors> {
