@@ -224,8 +224,13 @@ fn fixture(rows: &[(&str, &str)]) -> Vec<Row> {
     check_files(&files).rows
 }
 
-/// A request that shares no word with its row (a paraphrase) finds it through the vectors:
-/// the lexical ranking has nothing, the fused one has the row in its top 3.
+/// A request that shares no word with any row (a paraphrase) is answered through the vectors
+/// alone, and then only by a row at least `Fusion::alone` close: the lexical ranking has
+/// nothing; the fused one's first row, when it has one, is the row the request means, never
+/// another; and most of the paraphrases are answered. Those that are not came closest to
+/// their own row too, under the floor (with WordLlama's vectors "what does apple trade at on
+/// nasdaq" comes to 0.175 with STOCK_PRICE, and a floor that low let wrong rows answer in
+/// `search::update`'s catalogue: eval/README.md).
 #[test]
 fn a_paraphrase_finds_its_row_by_meaning() {
     let rows = fixture(&[
@@ -237,18 +242,28 @@ fn a_paraphrase_finds_its_row_by_meaning() {
         ("STOCK_PRICE", "Look up the share price of a company."),
     ]);
     let s = Searcher::in_memory(&rows).unwrap();
-    for (request, key) in [
+    let paraphrases = [
         ("will it rain tomorrow", "WEATHER_FORECAST"),
+        ("mail my boss", "SEND_EMAIL"),
+        ("what is in my documents directory", "LIST_FILES"),
+        ("say this in spanish", "TRANSLATE_TEXT"),
+        ("what is microsoft worth on the market", "STOCK_PRICE"),
         ("what does apple trade at on nasdaq", "STOCK_PRICE"),
-    ] {
+        ("how is tesla doing on wall street", "STOCK_PRICE"),
+        ("checksum of my password", "SHA256"),
+    ];
+    let mut answered = Vec::new();
+    for (request, key) in paraphrases {
         let lexical = s.ask_by(request, 12, Ranking::Lexical).unwrap();
         assert!(lexical.is_empty(), "{request:?} shares a word: {lexical:?}");
         let fused = top(&s, request);
-        assert!(
-            fused[..3.min(fused.len())].contains(&key.to_string()),
-            "{request:?}: {fused:?}"
-        );
+        if let Some(first) = fused.first() {
+            assert_eq!(first, key, "{request:?}: {fused:?}");
+            answered.push(request);
+        }
     }
+    assert!(answered.contains(&"will it rain tomorrow"), "{answered:?}");
+    assert!(answered.len() * 2 > paraphrases.len(), "{answered:?}");
 }
 
 /// Asks that give the vectors nothing to work with answer, without error: one row, rows

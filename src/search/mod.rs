@@ -125,10 +125,10 @@ pub struct Fusion {
     /// A row the vectors find must be at least this close to the request to count.
     pub floor: f32,
     /// When no row shares a word with the request, a row must be at least this close to be
-    /// an answer at all: a request of unknown words has vectors too, close to nothing. 0.15 with
-    /// WordLlama's vectors, whose cosines run lower than MiniLM's: a paraphrase in
-    /// `tests/search.rs` comes to 0.175, and TF Hub's 17 requests that share no word with a row
-    /// gain two in recall@5 over 0.25 (0.445 to 0.448; eval/README.md).
+    /// an answer at all: a request of unknown words has vectors too, close to nothing. 0.25:
+    /// with WordLlama's vectors 0.15 would answer a paraphrase in `tests/search.rs` that comes
+    /// to 0.175 and gain TF Hub's 17 requests that share no word with a row two in recall@5,
+    /// but let wrong rows answer at 0.16 and 0.23 (`search::update`'s tests; eval/README.md).
     pub alone: f32,
 }
 
@@ -138,7 +138,7 @@ impl Default for Fusion {
             weight: 1.0,
             depth: 100,
             floor: 0.1,
-            alone: 0.15,
+            alone: 0.25,
         }
     }
 }
