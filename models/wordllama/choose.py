@@ -15,16 +15,15 @@ with CAPDIR and writes its BM25 lists (`capdir eval --lists`). The replay agrees
 eval` within 0.003 on the shipped setting (the floor of 0.1 on a cosine, which the replay
 leaves out, is the difference).
 """
-import itertools, json, os, subprocess, sys, tempfile, zipfile
+import itertools, json, os, sys, zipfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from make import VECTORS, TOKENIZER, safetensor  # noqa: E402
+sys.path.insert(0, os.path.dirname(HERE))
+from make import VECTORS, TOKENIZER  # noqa: E402
+from vectors import ROOT, SETS, development_sets, metrics, safetensor, standard  # noqa: E402
 
-SETS = [("metatool", "queries-dev.jsonl"), ("gorilla-tensorflowhub", "queries.jsonl"),
-        ("gorilla-torchhub", "queries.jsonl")]
 STOP = set("a an and are as at be but by for if in into is it no not of on or such that the "
            "their then there these they this to was will with".split())  # tantivy's English list
 SIF = [None, 1e-4, 1e-5]
@@ -33,22 +32,9 @@ UNKNOWN = [0.1, 0.25, 0.5]
 WEIGHT = [0.5, 0.7, 1.0, 1.2, 1.5, 2.0]
 
 
-def metrics(scores, keys, labels):
-    """recall@1, recall@5, MRR@12 of each request's rows ranked by score."""
-    r1 = r5 = mrr = 0.0
-    for row, right in zip(scores, labels):
-        at = next((i for i, j in enumerate(np.argsort(-row, kind="stable")[:12]) if keys[j] in right), None)
-        if at is not None:
-            mrr += 1 / (at + 1)
-            r5 += at < 5
-            r1 += at == 0
-    return np.array([r1, r5, mrr]) / len(labels)
-
-
-def standard(a):
-    sd = a.std(1, keepdims=True)
-    sd[sd < 1e-9] = 1
-    return (a - a.mean(1, keepdims=True)) / sd
+def ranked(scores, keys):
+    """Each request's first 12 row keys by score, ties in row order."""
+    return [[keys[j] for j in np.argsort(-row, kind="stable")[:12]] for row in scores]
 
 
 def main():
@@ -74,24 +60,12 @@ def main():
             out += cache[w]
         return out
 
-    work = tempfile.mkdtemp()
     data = {}
-    for name, queries in SETS:
-        site, lists = os.path.join(work, name), os.path.join(work, name + ".jsonl")
-        subprocess.run([capdir, "build", os.path.join(ROOT, "eval", name, "catalogue"), "--out", site],
-                       check=True, capture_output=True)
-        subprocess.run([capdir, "eval", "--queries", os.path.join(ROOT, "eval", name, queries),
-                        "--site", site, "--lists", lists], check=True, capture_output=True)
-        rows = json.load(open(os.path.join(site, "index", "rows.json")))
-        asked = [json.loads(line) for line in open(lists)]
-        bm25 = np.zeros((len(asked), len(rows)))
-        for i, a in enumerate(asked):
-            for at, score in a["lexical"]:
-                bm25[i, at] = score
+    for name, rows, asked, bm25 in development_sets(capdir):
         data[name] = dict(keys=[r["key"] for r in rows], labels=[set(a["keys"]) for a in asked], bm25=bm25,
                           rows=[ids(r["key"].replace("_", " ").lower() + ". " + r["what"]) for r in rows],
                           asked=[ids(a["query"]) for a in asked])
-        data[name]["base"] = metrics(bm25, data[name]["keys"], data[name]["labels"])
+        data[name]["base"] = metrics(ranked(bm25, data[name]["keys"]), data[name]["labels"])
 
     results = {}
     for sif, rare, unknown in itertools.product(SIF, RARE, UNKNOWN):
@@ -112,7 +86,7 @@ def main():
             cos = np.array([embed(q, qidf) for q in d["asked"]]) @ np.array([embed(r, idf) for r in d["rows"]]).T
             for w in WEIGHT:
                 results.setdefault((sif, rare, unknown, w), {})[name] = metrics(
-                    standard(d["bm25"]) + w * standard(cos), d["keys"], d["labels"])
+                    ranked(standard(d["bm25"]) + w * standard(cos), d["keys"]), d["labels"])
 
     def cell(m, name):
         return "%.3f / %.3f / %.3f (×%.3f)" % (*m, m[2] / data[name]["base"][2])
