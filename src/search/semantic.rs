@@ -38,10 +38,10 @@ const RARE_ROWS: u32 = 5;
 /// A request's token that no row uses weighs this share of the heaviest row token.
 /// Chosen with `RARE_ROWS` on the three development sets (eval/README.md).
 const UNKNOWN_SHARE: f32 = 0.5;
-/// 5: rows made of WordLlama's vectors (`models/wordllama/`); a version 4 file's rows are
-/// all-MiniLM-L6-v2 input vectors of another tokenizer and would not match this binary's
-/// requests.
-const ROWS_VERSION: u32 = 5;
+/// 6: rows made of WordLlama's vectors (`models/wordllama/`) weighed by the rounded IDF; a
+/// version 4 file's rows are all-MiniLM-L6-v2 input vectors of another tokenizer, and a
+/// version 5 file's were weighed unrounded: neither would match this binary's requests.
+const ROWS_VERSION: u32 = 6;
 
 /// `text` up to `MAX_TEXT_BYTES`, cut at a character boundary.
 fn bounded(text: &str) -> &str {
@@ -690,17 +690,24 @@ impl Spread {
 
 /// Per token, ln((N + 1) / (max(df, rare) + ½)), never below zero, where rare is
 /// `RARE_ROWS` or a tenth of the rows if fewer: a rare token weighs no more than one that a
-/// few rows use.
+/// few rows use. Rounded to 1/64 (`IDF_STEP`): a change of one row moves the weight of a
+/// token most rows use by less than that, so `RowVectors::changed` keeps those rows'
+/// vectors instead of weighing every row again (a BPE punctuation piece such as `).` can be
+/// in every row).
 fn idf(rows: u32, df: &[u32]) -> Vec<f32> {
     let rare = RARE_ROWS.min(rows / 10);
     df.iter()
         .map(|&d| {
-            ((rows as f32 + 1.0) / (d.max(rare) as f32 + 0.5))
+            let w = ((rows as f32 + 1.0) / (d.max(rare) as f32 + 0.5))
                 .ln()
-                .max(0.0)
+                .max(0.0);
+            (w / IDF_STEP).round() * IDF_STEP
         })
         .collect()
 }
+
+/// What a token's weight is rounded to (`idf`).
+const IDF_STEP: f32 = 1.0 / 64.0;
 
 /// The dot product of a widened query and an int8 row.
 fn dot(q: &[i16], row: &[i8]) -> i32 {
@@ -1022,6 +1029,31 @@ mod tests {
         assert_eq!(v.df[unknown as usize], 0);
         assert_eq!(v.query_idf[unknown as usize], UNKNOWN_SHARE * heaviest);
         assert_eq!(v.query_idf[known as usize], v.idf[known as usize]);
+    }
+
+    /// A word every row says weighs the same after one row stops saying it, so a change of
+    /// one row does not weigh every other row again (`idf`'s rounding); the rows are still
+    /// what a full build makes.
+    #[test]
+    fn one_row_less_with_a_common_word_weighs_nobody_again() {
+        let m = model().unwrap();
+        let texts: Vec<String> = (0..200)
+            .map(|i| format!("common catalogue word, row number {i}"))
+            .collect();
+        let before = RowVectors::build(m, &texts);
+        let edit = "row number 0 without it".to_string();
+        let after = before.changed(m, &[0], std::slice::from_ref(&edit));
+        let common = m.tokens("common")[0] as usize;
+        assert_eq!(before.df[common], 200);
+        assert_eq!(after.df[common], 199);
+        assert_eq!(after.idf[common].to_bits(), before.idf[common].to_bits());
+        let mut full_texts = texts.clone();
+        full_texts[0] = String::new();
+        full_texts.push(edit);
+        assert_eq!(
+            after.to_bytes(),
+            RowVectors::build(m, &full_texts).to_bytes()
+        );
     }
 
     /// A change of rows is the build of the rows it leaves: a removed row's place empty.
