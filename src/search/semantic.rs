@@ -191,9 +191,15 @@ impl Model {
     /// vocabulary holds a `▁` after a letter (`no_token_spans_two_words`). One call, not one
     /// a word: a request of 2,000 one-letter words takes half the time (0.74 against 1.53 ms).
     pub fn tokens(&self, text: &str) -> Vec<u16> {
+        let mut joined = String::with_capacity(text.len().min(MAX_TEXT_BYTES));
+        for word in bounded(text).split_whitespace() {
+            if !joined.is_empty() {
+                joined.push(' ');
+            }
+            joined.push_str(word);
+        }
         let mut out = Vec::new();
-        let words: Vec<&str> = bounded(text).split_whitespace().collect();
-        self.push_tokens(&words.join(" "), &mut out);
+        self.push_tokens(&joined, &mut out);
         out
     }
 
@@ -221,11 +227,7 @@ impl Model {
     ) -> Vec<u16> {
         let mut out = Vec::new();
         for word in bounded(text).split_whitespace() {
-            let tokens = cache.entry(word).or_insert_with(|| {
-                let mut t = Vec::new();
-                self.push_tokens(word, &mut t);
-                t
-            });
+            let tokens = cache.entry(word).or_insert_with(|| self.tokens(word));
             out.extend_from_slice(tokens);
         }
         out
