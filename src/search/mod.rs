@@ -327,7 +327,10 @@ fn meta(row: &Row) -> RowMeta {
 
 /// An open index, ready to answer.
 pub struct Searcher {
-    reader: IndexReader,
+    /// The index as it was when this searcher was made (never reloaded: `rows` are that
+    /// build's), with each segment's `ord` column opened once, by segment: opening a fast
+    /// field is most of a hit's cost when done per hit.
+    index: Lexical,
     fields: Fields,
     /// Every indexed term, with a bit per field that holds it: query terms the index lacks
     /// never become clauses, which keeps long questions cheap.
@@ -572,6 +575,24 @@ fn add_term_fields(
     Ok(())
 }
 
+/// A reader's searcher and each of its segments' `ord` column.
+pub(crate) struct Lexical {
+    searcher: tantivy::Searcher,
+    ords: Vec<tantivy::columnar::Column<u64>>,
+}
+
+impl Lexical {
+    pub(crate) fn of(reader: &IndexReader) -> Result<Lexical> {
+        let searcher = reader.searcher();
+        let ords = searcher
+            .segment_readers()
+            .iter()
+            .map(|segment| segment.fast_fields().u64("ord"))
+            .collect::<tantivy::Result<_>>()?;
+        Ok(Lexical { searcher, ords })
+    }
+}
+
 impl Searcher {
     /// Open `site/index`.
     pub fn open(dir: &Path) -> Result<Searcher> {
@@ -613,7 +634,7 @@ impl Searcher {
         };
         Ok(Searcher {
             vocabulary: Arc::new(term_fields(&reader, &fields)?),
-            reader,
+            index: Lexical::of(&reader)?,
             fields,
             by_key: Arc::new(positions(&rows)),
             rows: Arc::new(rows),
@@ -639,7 +660,7 @@ impl Searcher {
             ranking: Ranking::default(),
             fusion: Fusion::default(),
             vocabulary: Arc::new(term_fields(&reader, &fields)?),
-            reader,
+            index: Lexical::of(&reader)?,
             fields,
             by_key: Arc::new(
                 rows.iter()
@@ -886,15 +907,12 @@ impl Searcher {
             return Ok(Vec::new());
         }
         let query = BooleanQuery::new(clauses);
-        let searcher = self.reader.searcher();
-        let top = searcher.search(&query, &TopDocs::with_limit(depth).order_by_score())?;
+        let top =
+            (self.index.searcher).search(&query, &TopDocs::with_limit(depth).order_by_score())?;
         let mut out = Vec::with_capacity(top.len());
         for (bm25, addr) in top {
-            let ords = searcher
-                .segment_reader(addr.segment_ord)
-                .fast_fields()
-                .u64("ord")?;
-            if let Some(o) = ords.first(addr.doc_id) {
+            let ords = self.index.ords.get(addr.segment_ord as usize);
+            if let Some(o) = ords.and_then(|c| c.first(addr.doc_id)) {
                 out.push((o as usize, bm25));
             }
         }

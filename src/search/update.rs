@@ -272,7 +272,7 @@ impl IndexState {
             .reload_policy(tantivy::ReloadPolicy::Manual)
             .try_into()?;
         Ok(Searcher {
-            reader,
+            index: super::Lexical::of(&reader)?,
             fields: fields_of(&self.index.schema())?,
             vocabulary: self.terms.clone(),
             rows: self.rows.clone(),
