@@ -31,6 +31,14 @@ pub const SHA256SUMS: &str = include_str!("../../models/wordllama/SHA256SUMS");
 /// A text is read up to this many bytes (at a character boundary): a request longer than a
 /// page says what it wants early, and the bound keeps a hostile one cheap.
 const MAX_TEXT_BYTES: usize = 4096;
+/// `Model::tokens` remembers the tokens of up to this many words (each at most
+/// `CACHED_WORD_BYTES` long), then forgets them all and starts again: requests say the same
+/// words again and again, and a BPE encoding of a long request is a fifth of its ask.
+const CACHED_WORDS: usize = 1 << 16;
+const CACHED_WORD_BYTES: usize = 48;
+/// A request with more words than this that are not remembered is encoded at once and
+/// remembers none (one encoding of many words costs half as much as one per word).
+const FRESH_WORDS_AT_ONCE: usize = 24;
 const ROWS_MAGIC: &[u8; 8] = b"CAPDIRSV";
 /// A token fewer rows than this use weighs as if this many did (at most a tenth of the rows).
 /// Chosen with `UNKNOWN_SHARE` on the three development sets (eval/README.md).
@@ -55,6 +63,8 @@ fn bounded(text: &str) -> &str {
 /// The word vectors and the tokenizer that splits text into their tokens.
 pub struct Model {
     tokenizer: tokenizers::Tokenizer,
+    /// Word → its meaningful tokens, as `encode` gives them (`tokens`).
+    words: std::sync::RwLock<crate::FastMap<Box<str>, Box<[u16]>>>,
     dims: usize,
     scale: Vec<f32>,
     vectors: &'static [i8],
@@ -151,6 +161,7 @@ impl Model {
         }
         Ok(Model {
             tokenizer,
+            words: Default::default(),
             dims,
             scale,
             vectors,
@@ -190,9 +201,51 @@ impl Model {
     /// space and encoded at once, which gives each word's own tokens because no token of the
     /// vocabulary holds a `▁` after a letter (`no_token_spans_two_words`). One call, not one
     /// a word: a request of 2,000 one-letter words takes half the time (0.74 against 1.53 ms).
+    /// A word's tokens are therefore the same wherever it stands, and the tokens of words
+    /// seen before are remembered (`CACHED_WORDS`).
     pub fn tokens(&self, text: &str) -> Vec<u16> {
-        let mut joined = String::with_capacity(text.len().min(MAX_TEXT_BYTES));
-        for word in bounded(text).split_whitespace() {
+        let words: Vec<&str> = bounded(text).split_whitespace().collect();
+        let cacheable = |w: &&str| w.len() <= CACHED_WORD_BYTES;
+        let mut fresh: Vec<&str> = {
+            let cache = self.words.read().unwrap_or_else(|e| e.into_inner());
+            let mut out = Vec::new();
+            let mut fresh = Vec::new();
+            for w in &words {
+                match cache.get(*w) {
+                    Some(t) => out.extend_from_slice(t),
+                    None => fresh.push(*w),
+                }
+            }
+            if fresh.is_empty() {
+                return out;
+            }
+            fresh
+        };
+        fresh.sort_unstable();
+        fresh.dedup();
+        if fresh.len() > FRESH_WORDS_AT_ONCE || !fresh.iter().all(cacheable) {
+            return self.encode(&words);
+        }
+        let encoded: Vec<(&str, Vec<u16>)> =
+            fresh.into_iter().map(|w| (w, self.encode(&[w]))).collect();
+        let mut cache = self.words.write().unwrap_or_else(|e| e.into_inner());
+        if cache.len() + encoded.len() > CACHED_WORDS {
+            cache.clear();
+        }
+        for (w, t) in encoded {
+            cache.insert(w.into(), t.into());
+        }
+        words
+            .iter()
+            .flat_map(|w| cache.get(*w).map_or(&[][..], |t| &t[..]))
+            .copied()
+            .collect()
+    }
+
+    /// The meaningful tokens of `words` joined by one space, encoded at once.
+    fn encode(&self, words: &[&str]) -> Vec<u16> {
+        let mut joined = String::with_capacity(words.iter().map(|w| w.len() + 1).sum());
+        for word in words {
             if !joined.is_empty() {
                 joined.push(' ');
             }
@@ -227,7 +280,7 @@ impl Model {
     ) -> Vec<u16> {
         let mut out = Vec::new();
         for word in bounded(text).split_whitespace() {
-            let tokens = cache.entry(word).or_insert_with(|| self.tokens(word));
+            let tokens = cache.entry(word).or_insert_with(|| self.encode(&[word]));
             out.extend_from_slice(tokens);
         }
         out
@@ -442,9 +495,10 @@ impl RowVectors {
     /// none of its tokens weighs anything.
     pub fn query(&self, model: &Model, text: &str) -> Option<Query> {
         let tokens = model.tokens(text);
-        let (q, scale) = model.embed(&tokens, &self.query_idf)?;
+        let (vector, scale) = model.embed(&tokens, &self.query_idf)?;
         Some(Query {
-            vector: q.iter().map(|&x| i16::from(x)).collect(),
+            magnitude: vector.iter().map(|x| x.unsigned_abs()).collect(),
+            vector,
             scale,
         })
     }
@@ -453,17 +507,16 @@ impl RowVectors {
     /// (position in the index, cosine); and how the cosines of all rows spread.
     pub fn nearest(&self, query: &Query, limit: usize, floor: f32) -> Nearest {
         let mut best = Best::new(limit);
-        let mut spread = Spread::default();
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has just said it has AVX2.
-            unsafe { self.scan_avx2(query, floor, &mut best, &mut spread) };
+            let spread = unsafe { self.scan_avx2(query, floor, &mut best) };
             return Nearest {
                 rows: best.into_sorted(),
                 spread,
             };
         }
-        self.scan(query, floor, &mut best, &mut spread, dot);
+        let spread = self.scan(query, floor, &mut best);
         Nearest {
             rows: best.into_sorted(),
             spread,
@@ -478,43 +531,102 @@ impl RowVectors {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has just said it has AVX2.
-            return unsafe { dot_avx2(&query.vector, row) } as f32 * query.scale * rs;
+            return unsafe { dot_avx2(query, row) } as f32 * query.scale * rs;
         }
         dot(&query.vector, row) as f32 * query.scale * rs
     }
 
-    /// Offer every row at least `floor` close to `query` to `best`; count every row's
-    /// cosine into `spread`.
-    #[inline(always)]
-    fn scan(
-        &self,
-        query: &Query,
-        floor: f32,
-        best: &mut Best,
-        spread: &mut Spread,
-        dot: impl Fn(&[i16], &[i8]) -> i32,
-    ) {
-        let (mut sum, mut squares) = (0f64, 0f64);
+    /// Offer every row at least `floor` close to `query` to `best`, and say how all rows'
+    /// cosines spread. The sums are kept in four lanes, row i in lane i mod 4 up to the last
+    /// whole four and the rest after them, as `scan_avx2` keeps them: both give the same
+    /// figures to the bit.
+    fn scan(&self, query: &Query, floor: f32, best: &mut Best) -> Spread {
+        let mut sums = Sums::default();
+        let whole = self.scale.len().min(self.rows().len()) / 4 * 4;
         for (i, (row, &rs)) in self.rows().zip(&self.scale).enumerate() {
             let cos = dot(&query.vector, row) as f32 * query.scale * rs;
-            sum += f64::from(cos);
-            squares += f64::from(cos) * f64::from(cos);
+            sums.add(if i < whole { i % 4 } else { 4 }, cos);
             if cos >= floor {
                 best.offer(i, cos);
             }
         }
-        // Over the rows that have a vector: a row removed in place (or one whose words weigh
-        // nothing) adds 0 to both sums and is not counted, as a full build would not have it.
-        *spread = Spread::of(self.with_vectors, sum, squares);
+        sums.spread(self.with_vectors)
     }
 
-    /// The scan with AVX2's 16-lane multiply-adds: most of an ask's time at 100,000 rows.
+    /// `scan` with AVX2, four rows at a time: each 32 values of the request are loaded once
+    /// for the four, their dot products summed across lanes together, their cosines made and
+    /// compared with what `best` keeps at once. Most of an ask's time at 100,000 rows.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn scan_avx2(&self, query: &Query, floor: f32, best: &mut Best, spread: &mut Spread) {
-        self.scan(query, floor, best, spread, |q, row| unsafe {
-            dot_avx2(q, row)
-        });
+    unsafe fn scan_avx2(&self, query: &Query, floor: f32, best: &mut Best) -> Spread {
+        use std::arch::x86_64::*;
+        let dims = self.dims;
+        let n = self.scale.len().min(self.rows().len());
+        let fits =
+            dims.is_multiple_of(32) && query.vector.len() >= dims && query.magnitude.len() >= dims;
+        if !fits {
+            return self.scan(query, floor, best);
+        }
+        let data = self.data.as_ptr().cast::<i8>();
+        let ones = _mm256_set1_epi16(1);
+        let qscale = _mm_set1_ps(query.scale);
+        let (mut sum, mut squares) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let mut cos = [0f32; 4];
+        let whole = n / 4 * 4;
+        for at in (0..whole).step_by(4) {
+            let mut acc = [_mm256_setzero_si256(); 4];
+            for k in (0..dims).step_by(32) {
+                // SAFETY: k + 32 <= dims, within the request's two vectors; rows at..at + 4
+                // are below n, so each row's k..k + 32 is within `data`. Unaligned loads.
+                unsafe {
+                    let sign = _mm256_loadu_si256(query.vector.as_ptr().add(k).cast());
+                    let size = _mm256_loadu_si256(query.magnitude.as_ptr().add(k).cast());
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let row = _mm256_loadu_si256(data.add((at + r) * dims + k).cast());
+                        let pairs = _mm256_maddubs_epi16(size, _mm256_sign_epi8(row, sign));
+                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(pairs, ones));
+                    }
+                }
+            }
+            // [Σ row at, Σ at + 1, Σ at + 2, Σ at + 3], each of its eight lanes.
+            let h = _mm256_hadd_epi32(
+                _mm256_hadd_epi32(acc[0], acc[1]),
+                _mm256_hadd_epi32(acc[2], acc[3]),
+            );
+            let dots = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            // SAFETY: at + 4 <= n <= scale.len().
+            let rs = unsafe { _mm_loadu_ps(self.scale.as_ptr().add(at)) };
+            // (dot · request scale) · row scale, in `cosine`'s order: the same f32s.
+            let c = _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(dots), qscale), rs);
+            let wide = _mm256_cvtps_pd(c);
+            sum = _mm256_add_pd(sum, wide);
+            squares = _mm256_add_pd(squares, _mm256_mul_pd(wide, wide));
+            let bar = _mm_set1_ps(best.bar.max(floor));
+            if _mm_movemask_ps(_mm_cmpge_ps(c, bar)) != 0 {
+                // SAFETY: cos holds four f32s.
+                unsafe { _mm_storeu_ps(cos.as_mut_ptr(), c) };
+                for (r, &c) in cos.iter().enumerate() {
+                    if c >= floor {
+                        best.offer(at + r, c);
+                    }
+                }
+            }
+        }
+        let mut sums = Sums::default();
+        // SAFETY: each array holds four f64s.
+        unsafe {
+            _mm256_storeu_pd(sums.sum.as_mut_ptr(), sum);
+            _mm256_storeu_pd(sums.squares.as_mut_ptr(), squares);
+        }
+        for (i, (row, &rs)) in self.rows().zip(&self.scale).enumerate().skip(whole) {
+            // SAFETY: AVX2 is on (this function's target feature).
+            let c = unsafe { dot_avx2(query, row) } as f32 * query.scale * rs;
+            sums.add(4, c);
+            if c >= floor {
+                best.offer(i, c);
+            }
+        }
+        sums.spread(self.with_vectors)
     }
 
     /// `b"CAPDIRSV"`, u32 version, dims, stored rows; per row f32 scale, then u32 end of
@@ -541,7 +653,7 @@ impl RowVectors {
     }
 
     /// Each row's vector.
-    fn rows(&self) -> impl Iterator<Item = &[i8]> {
+    fn rows(&self) -> impl ExactSizeIterator<Item = &[i8]> {
         // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
         let data: &[i8] =
             unsafe { std::slice::from_raw_parts(self.data.as_ptr().cast::<i8>(), self.data.len()) };
@@ -603,6 +715,11 @@ impl RowVectors {
         if ids.iter().any(|&t| t as usize >= vocab) {
             bail!("row-vectors name a token the model does not have");
         }
+        // A vector's values are within ±127 (`Model::embed`); the scan's sign trick
+        // (`dot_avx2`) relies on it.
+        if memchr::memchr(0x80, &bytes[data_at..]).is_some() {
+            bail!("row-vectors hold a value of -128, which capdir never writes");
+        }
         bytes.drain(..data_at);
         bytes.shrink_to_fit();
         let mut v = RowVectors {
@@ -644,10 +761,35 @@ fn with_vectors(scale: &[f32]) -> usize {
     scale.iter().filter(|&&s| s != 0.0).count()
 }
 
-/// A request's vector, widened for the scan's multiply-adds, with the factor that turns its
-/// dot product with a row into their cosine.
+/// The sums a scan keeps of its cosines and their squares: four lanes and the rows after
+/// the last whole four (lane 4), added up in one order whatever computed them.
+#[derive(Default)]
+struct Sums {
+    sum: [f64; 5],
+    squares: [f64; 5],
+}
+
+impl Sums {
+    fn add(&mut self, lane: usize, cos: f32) {
+        let c = f64::from(cos);
+        self.sum[lane] += c;
+        self.squares[lane] += c * c;
+    }
+
+    /// Over the rows that have a vector: a row removed in place (or one whose words weigh
+    /// nothing) adds 0 to both sums and is not counted, as a full build would not have it.
+    fn spread(&self, rows: usize) -> Spread {
+        let total = |v: &[f64; 5]| (((v[0] + v[1]) + v[2]) + v[3]) + v[4];
+        Spread::of(rows, total(&self.sum), total(&self.squares))
+    }
+}
+
+/// A request's vector (values within ±127) and each value's magnitude, for the scan's
+/// unsigned-by-signed multiply-adds, with the factor that turns its dot product with a row
+/// into their cosine.
 pub struct Query {
-    vector: Vec<i16>,
+    vector: Vec<i8>,
+    magnitude: Vec<u8>,
     scale: f32,
 }
 
@@ -711,36 +853,45 @@ fn idf(rows: u32, df: &[u32]) -> Vec<f32> {
 /// What a token's weight is rounded to (`idf`).
 const IDF_STEP: f32 = 1.0 / 64.0;
 
-/// The dot product of a widened query and an int8 row.
-fn dot(q: &[i16], row: &[i8]) -> i32 {
+/// The dot product of two int8 vectors.
+fn dot(q: &[i8], row: &[i8]) -> i32 {
     q.iter()
         .zip(row)
         .map(|(&x, &y)| i32::from(x) * i32::from(y))
         .sum()
 }
 
-/// `dot` with AVX2: 16 int8 values widened and multiplied-and-added per instruction.
+/// `dot` with AVX2, 32 values per multiply-add: |q| (unsigned) times the row's values with
+/// q's signs (`sign`), adjacent products summed into 16 bits. Exact while no value is -128:
+/// a pair of products is at most 2 · 127 · 127 = 32,258, under i16's 32,767; a request's
+/// values come from `Model::embed` and a row file holding -128 is refused when read.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn dot_avx2(q: &[i16], row: &[i8]) -> i32 {
+unsafe fn dot_avx2(q: &Query, row: &[i8]) -> i32 {
     use std::arch::x86_64::*;
-    let n = q.len().min(row.len());
-    let whole = n - n % 16;
+    let n = q.vector.len().min(q.magnitude.len()).min(row.len());
+    let whole = n - n % 32;
+    let ones = _mm256_set1_epi16(1);
     let mut acc = _mm256_setzero_si256();
     let mut i = 0;
     while i < whole {
-        // SAFETY: i + 16 <= n, within both slices; unaligned loads.
+        // SAFETY: i + 32 <= n, within all three slices; unaligned loads.
         unsafe {
-            let r = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(i).cast()));
-            let v = _mm256_loadu_si256(q.as_ptr().add(i).cast());
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(r, v));
+            let r = _mm256_loadu_si256(row.as_ptr().add(i).cast());
+            let sign = _mm256_loadu_si256(q.vector.as_ptr().add(i).cast());
+            let size = _mm256_loadu_si256(q.magnitude.as_ptr().add(i).cast());
+            let pairs = _mm256_maddubs_epi16(size, _mm256_sign_epi8(r, sign));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones));
         }
-        i += 16;
+        i += 32;
     }
-    let mut lanes = [0i32; 8];
-    // SAFETY: lanes is 32 bytes.
-    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc) };
-    lanes.iter().sum::<i32>() + dot(&q[whole..n], &row[whole..n])
+    let half = _mm_add_epi32(
+        _mm256_castsi256_si128(acc),
+        _mm256_extracti128_si256::<1>(acc),
+    );
+    let quarter = _mm_add_epi32(half, _mm_shuffle_epi32::<0b01_00_11_10>(half));
+    let lane = _mm_add_epi32(quarter, _mm_shuffle_epi32::<0b10_11_00_01>(quarter));
+    _mm_cvtsi128_si32(lane) + dot(&q.vector[whole..n], &row[whole..n])
 }
 
 /// The `limit` best (position, cosine) pairs seen so far: a bounded min-heap, so a scan of
@@ -748,6 +899,9 @@ unsafe fn dot_avx2(q: &[i16], row: &[i8]) -> i32 {
 struct Best {
     limit: usize,
     heap: std::collections::BinaryHeap<std::cmp::Reverse<Scored>>,
+    /// The worst cosine kept once `limit` are kept (−∞ before): a lower one is passed over
+    /// with one comparison, as most rows of a scan are.
+    bar: f32,
 }
 
 /// Ordered by cosine, then by the lower position (better = greater).
@@ -773,17 +927,26 @@ impl Best {
         Best {
             limit,
             heap: std::collections::BinaryHeap::with_capacity(limit + 1),
+            bar: f32::NEG_INFINITY,
         }
     }
 
     #[inline(always)]
     fn offer(&mut self, i: usize, cos: f32) {
+        if cos < self.bar {
+            return;
+        }
         if self.heap.len() < self.limit {
             self.heap.push(std::cmp::Reverse(Scored(cos, i)));
         } else if let Some(mut worst) = self.heap.peek_mut()
             && Scored(cos, i) > worst.0
         {
             *worst = std::cmp::Reverse(Scored(cos, i));
+        }
+        if self.heap.len() >= self.limit
+            && let Some(worst) = self.heap.peek()
+        {
+            self.bar = worst.0.0;
         }
     }
 
@@ -937,6 +1100,23 @@ mod tests {
         }
     }
 
+    /// A request of more new words than are encoded one by one, and words too long to be
+    /// remembered: the same tokens as all at once, asked once or twice.
+    #[test]
+    fn many_new_words_and_long_ones_are_the_tokens_at_once() {
+        let m = model().unwrap();
+        let many: Vec<String> = (0..FRESH_WORDS_AT_ONCE * 2)
+            .map(|i| format!("zq{i}unheard"))
+            .collect();
+        let long = format!("weather {} forecast", "x".repeat(CACHED_WORD_BYTES + 1));
+        for text in [many.join(" "), long] {
+            let at_once = m.encode(&text.split_whitespace().collect::<Vec<_>>());
+            assert!(!at_once.is_empty());
+            assert_eq!(m.tokens(&text), at_once);
+            assert_eq!(m.tokens(&text), at_once);
+        }
+    }
+
     #[test]
     fn stop_words_and_specials_weigh_nothing() {
         let m = model().unwrap();
@@ -949,18 +1129,56 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The AVX2 dot product is the portable one, for any lengths (tails included).
+        /// The AVX2 dot product is the portable one, for any values capdir writes (±127)
+        /// and any lengths (tails included).
         #[test]
-        fn avx2_dot_is_the_portable_dot(pairs in proptest::collection::vec((proptest::num::i8::ANY, proptest::num::i8::ANY), 0..400)) {
-            let q: Vec<i16> = pairs.iter().map(|p| i16::from(p.0)).collect();
+        fn avx2_dot_is_the_portable_dot(pairs in proptest::collection::vec((-127i8..=127, -127i8..=127), 0..400), extreme in proptest::bool::ANY) {
+            // All ±127 too: the largest pairs of products the 16-bit sums hold.
+            let pairs: Vec<(i8, i8)> = match extreme {
+                true => pairs.iter().map(|p| (p.0.signum() * 127, p.1.signum() * 127)).collect(),
+                false => pairs,
+            };
+            let vector: Vec<i8> = pairs.iter().map(|p| p.0).collect();
+            let q = Query { magnitude: vector.iter().map(|x| x.unsigned_abs()).collect(), vector, scale: 1.0 };
             let row: Vec<i8> = pairs.iter().map(|p| p.1).collect();
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
-                proptest::prop_assert_eq!(unsafe { dot_avx2(&q, &row) }, dot(&q, &row));
+                proptest::prop_assert_eq!(unsafe { dot_avx2(&q, &row) }, dot(&q.vector, &row));
             }
         }
 
-        /// Word by word is the same as all at once, whatever the text.
+        /// The AVX2 scan, four rows at a time, finds what the portable one finds, with the
+        /// same cosines and the same spread to the bit, for any number of rows and any floor.
+        #[test]
+        fn avx2_scan_is_the_portable_scan(values in proptest::collection::vec(-127i8..=127, 0..(64 * 23)), scales in proptest::collection::vec(proptest::option::of(0.001f32..0.05), 23), limit in 0usize..12, floor in -1.0f32..0.5, q in proptest::collection::vec(-127i8..=127, 64)) {
+            let dims = 64;
+            let n = values.len() / dims;
+            let v = RowVectors {
+                dims,
+                df: Vec::new(),
+                idf: Vec::new(),
+                query_idf: Vec::new(),
+                // A row without a vector (None) has scale 0, as a removed row has.
+                scale: scales[..n].iter().map(|s| s.unwrap_or(0.0)).collect(),
+                with_vectors: scales[..n].iter().filter(|s| s.is_some()).count(),
+                ends: Vec::new(),
+                ids: Vec::new(),
+                data: values[..n * dims].iter().map(|&x| x as u8).collect(),
+            };
+            let query = Query { magnitude: q.iter().map(|x| x.unsigned_abs()).collect(), vector: q, scale: 0.02 };
+            let mut portable = Best::new(limit);
+            let spread = v.scan(&query, floor, &mut portable);
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let mut wide = Best::new(limit);
+                // SAFETY: the CPU has just said it has AVX2.
+                let wide_spread = unsafe { v.scan_avx2(&query, floor, &mut wide) };
+                proptest::prop_assert_eq!(wide_spread, spread);
+                proptest::prop_assert_eq!(wide.into_sorted(), portable.into_sorted());
+            }
+        }
+
+        /// Word by word, remembered or not, is the same as all at once, whatever the text.
         #[test]
         fn cached_tokens_are_the_tokens(text in "\\PC{0,80}", words in proptest::collection::vec("[a-zA-Z0-9,.;:!?'()/_-]{0,12}", 0..12), special in proptest::option::of(0usize..5)) {
             let m = model().unwrap();
@@ -970,8 +1188,12 @@ mod tests {
                 Some(i) => joined.replacen(' ', ["<s>", " </s>", "<unk> ", "\u{2581}", " \u{2581}\u{2581}"][i], 2),
                 None => joined,
             };
+            let at_once = m.encode(&bounded(&joined).split_whitespace().collect::<Vec<_>>());
             let mut cache = std::collections::HashMap::new();
-            proptest::prop_assert_eq!(m.tokens_cached(&joined, &mut cache), m.tokens(&joined));
+            proptest::prop_assert_eq!(&m.tokens_cached(&joined, &mut cache), &at_once);
+            // Encoded (word by word or at once), then remembered.
+            proptest::prop_assert_eq!(&m.tokens(&joined), &at_once);
+            proptest::prop_assert_eq!(&m.tokens(&joined), &at_once);
         }
 
         /// Any bytes: a row-vectors file or an error, never a panic.
@@ -1079,6 +1301,11 @@ mod tests {
         assert_eq!(back.to_bytes(), bytes);
         assert!(RowVectors::from_bytes(&bytes[..bytes.len() - 1]).is_err());
         assert!(RowVectors::from_bytes(b"CAPDIRSV").is_err());
+        // A value of -128 (never written; the scan's sign trick would read it as +128).
+        let mut low = bytes.clone();
+        *low.last_mut().unwrap() = 0x80;
+        let err = RowVectors::from_bytes(&low).err().expect("refused");
+        assert!(err.to_string().contains("-128"), "{err}");
         let q = back.query(m, "will it rain tomorrow").unwrap();
         let near = back.nearest(&q, 3, -1.0).rows;
         assert_eq!(near[0].0, 2, "{near:?}");
