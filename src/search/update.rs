@@ -402,6 +402,44 @@ mod tests {
         assert!(crate::search::Searcher::open(&at).is_err());
     }
 
+    /// A change adds a segment; each hit's row is read from its own segment's `ord` column,
+    /// so words find their rows in the old segment and the new one alike.
+    #[test]
+    fn words_find_their_rows_in_every_segment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rows = vec![
+            row("ALPHA_ONE", "Translate a sentence into French."),
+            row("GAMMA_THREE", "Convert a temperature to kelvin."),
+        ];
+        let at = dir.path().join("index");
+        crate::search::build_index(&at, &rows).expect("build");
+        let state = IndexState::read(&at, &rows).expect("read").expect("has id");
+        let added = [
+            row("WEATHER_FORECAST", "Get the weather forecast for a city."),
+            row("ZEBRA_COUNT", "Count the zebras in a photograph."),
+        ];
+        let held = |k: &str| rows.iter().find(|r| r.key == k);
+        let next = state
+            .change(&added.iter().collect::<Vec<_>>(), &[], held)
+            .expect("change");
+        let s = next.searcher().expect("searcher");
+        assert!(
+            s.index.ords.len() >= 2,
+            "one segment: nothing to tell apart"
+        );
+        for (ask, key) in [
+            ("weather forecast", "WEATHER_FORECAST"),
+            ("zebras photograph", "ZEBRA_COUNT"),
+            ("kelvin temperature", "GAMMA_THREE"),
+            ("french sentence", "ALPHA_ONE"),
+        ] {
+            let hits = s
+                .ask_by(ask, 1, crate::search::Ranking::Lexical)
+                .expect("ask");
+            assert_eq!(hits.first().map(|h| h.key.as_str()), Some(key), "{ask}");
+        }
+    }
+
     /// The row vectors follow a change: an added row is found by meaning alone, a removed
     /// one never answers, and the file written is the one the searcher on disk reads.
     #[test]
