@@ -33,8 +33,10 @@ pub const SHA256SUMS: &str = include_str!("../../models/wordllama/SHA256SUMS");
 const MAX_TEXT_BYTES: usize = 4096;
 /// `Model::tokens` remembers the tokens of up to this many words (each at most
 /// `CACHED_WORD_BYTES` long), then forgets them all and starts again: requests say the same
-/// words again and again, and a BPE encoding of a long request is a fifth of its ask.
-const CACHED_WORDS: usize = 1 << 16;
+/// words again and again, and a BPE encoding of a long request is a fifth of its ask. The
+/// words come from callers, so the bound is what holds the memory: at most about 200 bytes
+/// a word (key, tokens, table), some 6.5 MB.
+const CACHED_WORDS: usize = 1 << 15;
 const CACHED_WORD_BYTES: usize = 48;
 /// A request with more words than this that are not remembered is encoded at once and
 /// remembers none (one encoding of many words costs half as much as one per word).
@@ -1115,6 +1117,24 @@ mod tests {
             assert_eq!(m.tokens(&text), at_once);
             assert_eq!(m.tokens(&text), at_once);
         }
+    }
+
+    /// Callers choose the words remembered: a flood of new ones never holds more than
+    /// `CACHED_WORDS`, and what is asked afterwards is tokenized as before.
+    #[test]
+    fn a_flood_of_new_words_stays_within_the_bound() {
+        let m = model().unwrap();
+        let words: Vec<String> = (0..CACHED_WORDS + 2 * FRESH_WORDS_AT_ONCE)
+            .map(|i| format!("fl{i}d"))
+            .collect();
+        for batch in words.chunks(FRESH_WORDS_AT_ONCE) {
+            m.tokens(&batch.join(" "));
+            let held = m.words.read().unwrap().len();
+            assert!(held <= CACHED_WORDS, "{held} words remembered");
+        }
+        let after = "weather forecast for fl7d";
+        let at_once = m.encode(&after.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(m.tokens(after), at_once);
     }
 
     #[test]
