@@ -402,18 +402,24 @@ mod tests {
         assert!(crate::search::Searcher::open(&at).is_err());
     }
 
+    /// Two rows built into `dir/index`: the rows, the index's folder and its state.
+    fn two_rows(dir: &Path) -> (Vec<Row>, PathBuf, IndexState) {
+        let rows = vec![
+            row("ALPHA_ONE", "Translate a sentence into French."),
+            row("GAMMA_THREE", "Convert a temperature to kelvin."),
+        ];
+        let at = dir.join("index");
+        crate::search::build_index(&at, &rows).expect("build");
+        let state = IndexState::read(&at, &rows).expect("read").expect("has id");
+        (rows, at, state)
+    }
+
     /// A change adds a segment; each hit's row is read from its own segment's `ord` column,
     /// so words find their rows in the old segment and the new one alike.
     #[test]
     fn words_find_their_rows_in_every_segment() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let rows = vec![
-            row("ALPHA_ONE", "Translate a sentence into French."),
-            row("GAMMA_THREE", "Convert a temperature to kelvin."),
-        ];
-        let at = dir.path().join("index");
-        crate::search::build_index(&at, &rows).expect("build");
-        let state = IndexState::read(&at, &rows).expect("read").expect("has id");
+        let (rows, _, state) = two_rows(dir.path());
         let added = [
             row("WEATHER_FORECAST", "Get the weather forecast for a city."),
             row("ZEBRA_COUNT", "Count the zebras in a photograph."),
@@ -445,13 +451,7 @@ mod tests {
     #[test]
     fn row_vectors_follow_a_change() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let rows = vec![
-            row("ALPHA_ONE", "Translate a sentence into French."),
-            row("GAMMA_THREE", "Convert a temperature to kelvin."),
-        ];
-        let at = dir.path().join("index");
-        crate::search::build_index(&at, &rows).expect("build");
-        let state = IndexState::read(&at, &rows).expect("read").expect("has id");
+        let (rows, at, state) = two_rows(dir.path());
         let added = row("WEATHER_FORECAST", "Get the weather forecast for a city.");
         let held = |k: &str| rows.iter().find(|r| r.key == k);
         let next = state
