@@ -907,8 +907,10 @@ impl Searcher {
             return Ok(Vec::new());
         }
         let query = BooleanQuery::new(clauses);
-        let top =
-            (self.index.searcher).search(&query, &TopDocs::with_limit(depth).order_by_score())?;
+        let top = self
+            .index
+            .searcher
+            .search(&query, &TopDocs::with_limit(depth).order_by_score())?;
         let mut out = Vec::with_capacity(top.len());
         for (bm25, addr) in top {
             let ords = self.index.ords.get(addr.segment_ord as usize);

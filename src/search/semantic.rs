@@ -65,8 +65,8 @@ fn bounded(text: &str) -> &str {
 /// The word vectors and the tokenizer that splits text into their tokens.
 pub struct Model {
     tokenizer: tokenizers::Tokenizer,
-    /// Word → its meaningful tokens, as `encode` gives them (`tokens`).
-    words: std::sync::RwLock<crate::FastMap<Box<str>, Box<[u16]>>>,
+    /// The tokens of words seen before (`tokens`).
+    words: WordTokens,
     dims: usize,
     scale: Vec<f32>,
     vectors: &'static [i8],
@@ -163,7 +163,7 @@ impl Model {
         }
         Ok(Model {
             tokenizer,
-            words: Default::default(),
+            words: WordTokens::new(CACHED_WORDS),
             dims,
             scale,
             vectors,
@@ -207,41 +207,7 @@ impl Model {
     /// seen before are remembered (`CACHED_WORDS`).
     pub fn tokens(&self, text: &str) -> Vec<u16> {
         let words: Vec<&str> = bounded(text).split_whitespace().collect();
-        let cacheable = |w: &&str| w.len() <= CACHED_WORD_BYTES;
-        let mut fresh: Vec<&str> = {
-            let cache = self.words.read().unwrap_or_else(|e| e.into_inner());
-            let mut out = Vec::new();
-            let mut fresh = Vec::new();
-            for w in &words {
-                match cache.get(*w) {
-                    Some(t) => out.extend_from_slice(t),
-                    None => fresh.push(*w),
-                }
-            }
-            if fresh.is_empty() {
-                return out;
-            }
-            fresh
-        };
-        fresh.sort_unstable();
-        fresh.dedup();
-        if fresh.len() > FRESH_WORDS_AT_ONCE || !fresh.iter().all(cacheable) {
-            return self.encode(&words);
-        }
-        let encoded: Vec<(&str, Vec<u16>)> =
-            fresh.into_iter().map(|w| (w, self.encode(&[w]))).collect();
-        let mut cache = self.words.write().unwrap_or_else(|e| e.into_inner());
-        if cache.len() + encoded.len() > CACHED_WORDS {
-            cache.clear();
-        }
-        for (w, t) in encoded {
-            cache.insert(w.into(), t.into());
-        }
-        words
-            .iter()
-            .flat_map(|w| cache.get(*w).map_or(&[][..], |t| &t[..]))
-            .copied()
-            .collect()
+        self.words.tokens(&words, |w| self.encode(w))
     }
 
     /// The meaningful tokens of `words` joined by one space, encoded at once.
@@ -498,11 +464,7 @@ impl RowVectors {
     pub fn query(&self, model: &Model, text: &str) -> Option<Query> {
         let tokens = model.tokens(text);
         let (vector, scale) = model.embed(&tokens, &self.query_idf)?;
-        Some(Query {
-            magnitude: vector.iter().map(|x| x.unsigned_abs()).collect(),
-            vector,
-            scale,
-        })
+        Some(Query::new(vector, scale))
     }
 
     /// Every row with a cosine to `query` of at least `floor`, best first, at most `limit`:
@@ -570,7 +532,6 @@ impl RowVectors {
             return self.scan(query, floor, best);
         }
         let data = self.data.as_ptr().cast::<i8>();
-        let ones = _mm256_set1_epi16(1);
         let qscale = _mm_set1_ps(query.scale);
         let (mut sum, mut squares) = (_mm256_setzero_pd(), _mm256_setzero_pd());
         let mut cos = [0f32; 4];
@@ -585,8 +546,7 @@ impl RowVectors {
                     let size = _mm256_loadu_si256(query.magnitude.as_ptr().add(k).cast());
                     for (r, a) in acc.iter_mut().enumerate() {
                         let row = _mm256_loadu_si256(data.add((at + r) * dims + k).cast());
-                        let pairs = _mm256_maddubs_epi16(size, _mm256_sign_epi8(row, sign));
-                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(pairs, ones));
+                        *a = madd32(*a, row, sign, size);
                     }
                 }
             }
@@ -763,6 +723,74 @@ fn with_vectors(scale: &[f32]) -> usize {
     scale.iter().filter(|&&s| s != 0.0).count()
 }
 
+/// Words' tokens remembered across requests: at most `capacity` words, each at most
+/// `CACHED_WORD_BYTES` long; when full, all are forgotten and it starts again.
+struct WordTokens {
+    capacity: usize,
+    map: std::sync::RwLock<crate::FastMap<Box<str>, Box<[u16]>>>,
+}
+
+impl WordTokens {
+    fn new(capacity: usize) -> WordTokens {
+        WordTokens {
+            capacity,
+            map: Default::default(),
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The tokens of `words` in order, each word's those `encode(&[word])` gives, which are
+    /// its part of `encode(words)` (`Model::tokens`). Words not remembered are encoded one
+    /// by one and remembered, unless there are more than `FRESH_WORDS_AT_ONCE` of them or
+    /// one is too long to keep: then `encode(words)`, at once.
+    fn tokens(&self, words: &[&str], encode: impl Fn(&[&str]) -> Vec<u16>) -> Vec<u16> {
+        let all = |map: &crate::FastMap<Box<str>, Box<[u16]>>| -> Option<Vec<u16>> {
+            let mut out = Vec::new();
+            for w in words {
+                out.extend_from_slice(map.get(*w)?);
+            }
+            Some(out)
+        };
+        let mut fresh: Vec<&str> = {
+            let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(out) = all(&map) {
+                return out;
+            }
+            words
+                .iter()
+                .copied()
+                .filter(|w| !map.contains_key(*w))
+                .collect()
+        };
+        fresh.sort_unstable();
+        fresh.dedup();
+        if fresh.len() > FRESH_WORDS_AT_ONCE || fresh.iter().any(|w| w.len() > CACHED_WORD_BYTES) {
+            return encode(words);
+        }
+        let encoded: Vec<(&str, Vec<u16>)> = fresh.into_iter().map(|w| (w, encode(&[w]))).collect();
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if map.len() + encoded.len() > self.capacity {
+            map.clear();
+        }
+        for (w, t) in encoded {
+            map.insert(w.into(), t.into());
+        }
+        // A word remembered when this request was read may be forgotten by now (the clear
+        // above, or another request's): then the request is encoded at once.
+        match all(&map) {
+            Some(out) => out,
+            None => {
+                drop(map);
+                encode(words)
+            }
+        }
+    }
+}
+
 /// The sums a scan keeps of its cosines and their squares: four lanes and the rows after
 /// the last whole four (lane 4), added up in one order whatever computed them.
 #[derive(Default)]
@@ -793,6 +821,16 @@ pub struct Query {
     vector: Vec<i8>,
     magnitude: Vec<u8>,
     scale: f32,
+}
+
+impl Query {
+    fn new(vector: Vec<i8>, scale: f32) -> Query {
+        Query {
+            magnitude: vector.iter().map(|x| x.unsigned_abs()).collect(),
+            vector,
+            scale,
+        }
+    }
 }
 
 /// What `RowVectors::nearest` found.
@@ -873,7 +911,6 @@ unsafe fn dot_avx2(q: &Query, row: &[i8]) -> i32 {
     use std::arch::x86_64::*;
     let n = q.vector.len().min(q.magnitude.len()).min(row.len());
     let whole = n - n % 32;
-    let ones = _mm256_set1_epi16(1);
     let mut acc = _mm256_setzero_si256();
     let mut i = 0;
     while i < whole {
@@ -882,8 +919,7 @@ unsafe fn dot_avx2(q: &Query, row: &[i8]) -> i32 {
             let r = _mm256_loadu_si256(row.as_ptr().add(i).cast());
             let sign = _mm256_loadu_si256(q.vector.as_ptr().add(i).cast());
             let size = _mm256_loadu_si256(q.magnitude.as_ptr().add(i).cast());
-            let pairs = _mm256_maddubs_epi16(size, _mm256_sign_epi8(r, sign));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones));
+            acc = madd32(acc, r, sign, size);
         }
         i += 32;
     }
@@ -894,6 +930,23 @@ unsafe fn dot_avx2(q: &Query, row: &[i8]) -> i32 {
     let quarter = _mm_add_epi32(half, _mm_shuffle_epi32::<0b01_00_11_10>(half));
     let lane = _mm_add_epi32(quarter, _mm_shuffle_epi32::<0b10_11_00_01>(quarter));
     _mm_cvtsi128_si32(lane) + dot(&q.vector[whole..n], &row[whole..n])
+}
+
+/// acc + Σ row · q over 32 values, in eight lanes of four products each: |q| (`size`,
+/// unsigned) times the row's values with q's signs (`sign`), adjacent products summed into
+/// 16 bits, then pairs of those into 32 (exactness: `dot_avx2`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn madd32(
+    acc: std::arch::x86_64::__m256i,
+    row: std::arch::x86_64::__m256i,
+    sign: std::arch::x86_64::__m256i,
+    size: std::arch::x86_64::__m256i,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let pairs = _mm256_maddubs_epi16(size, _mm256_sign_epi8(row, sign));
+    _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
 }
 
 /// The `limit` best (position, cosine) pairs seen so far: a bounded min-heap, so a scan of
@@ -1119,6 +1172,19 @@ mod tests {
         }
     }
 
+    /// A word remembered when a request came and forgotten while its new words were
+    /// remembered (the cache full) is not left out of the request's tokens.
+    #[test]
+    fn a_word_forgotten_meanwhile_is_encoded_again() {
+        let m = model().unwrap();
+        let encode = |w: &[&str]| m.encode(w);
+        let cache = WordTokens::new(3);
+        cache.tokens(&["weather", "forecast"], encode);
+        let words = ["weather", "rain", "city"];
+        assert_eq!(cache.tokens(&words, encode), m.encode(&words));
+        assert!(cache.len() <= 3);
+    }
+
     /// Callers choose the words remembered: a flood of new ones never holds more than
     /// `CACHED_WORDS`, and what is asked afterwards is tokenized as before.
     #[test]
@@ -1129,7 +1195,7 @@ mod tests {
             .collect();
         for batch in words.chunks(FRESH_WORDS_AT_ONCE) {
             m.tokens(&batch.join(" "));
-            let held = m.words.read().unwrap().len();
+            let held = m.words.len();
             assert!(held <= CACHED_WORDS, "{held} words remembered");
         }
         let after = "weather forecast for fl7d";
@@ -1159,7 +1225,7 @@ mod tests {
                 false => pairs,
             };
             let vector: Vec<i8> = pairs.iter().map(|p| p.0).collect();
-            let q = Query { magnitude: vector.iter().map(|x| x.unsigned_abs()).collect(), vector, scale: 1.0 };
+            let q = Query::new(vector, 1.0);
             let row: Vec<i8> = pairs.iter().map(|p| p.1).collect();
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
@@ -1185,7 +1251,7 @@ mod tests {
                 ids: Vec::new(),
                 data: values[..n * dims].iter().map(|&x| x as u8).collect(),
             };
-            let query = Query { magnitude: q.iter().map(|x| x.unsigned_abs()).collect(), vector: q, scale: 0.02 };
+            let query = Query::new(q, 0.02);
             let mut portable = Best::new(limit);
             let spread = v.scan(&query, floor, &mut portable);
             #[cfg(target_arch = "x86_64")]
