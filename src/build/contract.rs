@@ -26,6 +26,16 @@ pub struct HistoryLine {
 }
 
 impl HistoryLine {
+    /// The commit's day: the first ten characters of its RFC 3339 date.
+    pub fn day(&self) -> &str {
+        let end = self
+            .date
+            .char_indices()
+            .nth(10)
+            .map_or(self.date.len(), |(i, _)| i);
+        &self.date[..end]
+    }
+
     pub fn new(c: &Change, urls: &Urls) -> Self {
         HistoryLine {
             sha: c.commit.sha.clone(),
@@ -48,6 +58,18 @@ pub struct Argument {
     pub kind: String,
     pub required: bool,
     pub description: String,
+}
+
+impl Argument {
+    /// The description as a list of arguments shows it: its first 160 graphemes, and `…`
+    /// where it is cut.
+    pub fn brief(&self) -> std::borrow::Cow<'_, str> {
+        use unicode_segmentation::UnicodeSegmentation as _;
+        match self.description.grapheme_indices(true).nth(160) {
+            Some((at, _)) => format!("{}…", &self.description[..at]).into(),
+            None => self.description.as_str().into(),
+        }
+    }
 }
 
 /// The contract of one row.

@@ -19,9 +19,37 @@ use std::path::Path;
 use std::sync::OnceLock;
 use tera::Tera;
 
-/// The templates, compiled into the binary.
+/// The contract's markdown, an askama template compiled into the binary (it is rendered for
+/// every row of every build); its text is hashed into the pages' inputs like tera's.
+const CONTRACT_MD: &str = include_str!("../../templates/contract.md");
+
+/// A row's contract as markdown (`k/KEY.md`).
+#[derive(askama::Template)]
+#[template(path = "contract.md", escape = "none")]
+struct ContractMarkdown<'a> {
+    c: &'a Contract,
+    run_now_url: &'a str,
+    invoke_url: &'a str,
+    receipt_url: &'a str,
+    confirm_url: &'a str,
+}
+
+impl<'a> ContractMarkdown<'a> {
+    fn of(c: &'a Contract) -> ContractMarkdown<'a> {
+        // An absent link reads as no link, as the tera templates read a null or empty one.
+        let link = |u: &'a Option<String>| u.as_deref().unwrap_or_default();
+        ContractMarkdown {
+            c,
+            run_now_url: link(&c.run_now_url),
+            invoke_url: link(&c.invoke_url),
+            receipt_url: link(&c.receipt_url),
+            confirm_url: link(&c.confirm_url),
+        }
+    }
+}
+
+/// The templates tera renders, compiled into the binary.
 const TEMPLATES: &[(&str, &str)] = &[
-    ("contract.md", include_str!("../../templates/contract.md")),
     ("tombstone.md", include_str!("../../templates/tombstone.md")),
     ("layout.html", include_str!("../../templates/layout.html")),
     ("history.html", include_str!("../../templates/history.html")),
@@ -291,7 +319,7 @@ impl<'t> Renderer<'t> {
         ctx.insert("schema", &schema);
         ctx.insert("troubleshooting_html", &troubleshooting);
         ctx.insert("may_invoke_html", &may_invoke.join("; "));
-        let md = self.tera.render("contract.md", &ctx)?;
+        let md = askama::Template::render(&ContractMarkdown::of(c))?;
         let page = self.tera.render("row.html", &ctx)?;
         Ok((md, page))
     }
@@ -435,7 +463,7 @@ pub fn append_page_inputs(out: &Path, rows: &[(String, Option<String>)]) -> Resu
 fn inputs_digest(page: &tera::Context) -> Result<Sha256> {
     let mut shared = Sha256::new();
     shared.update(env!("CARGO_PKG_VERSION"));
-    for (name, text) in TEMPLATES {
+    for (name, text) in [("contract.md", CONTRACT_MD)].iter().chain(TEMPLATES) {
         shared.update(format!("\0{name}\0{}\0", text.len()));
         shared.update(text);
     }
@@ -1073,6 +1101,12 @@ mod tests {
     fn rendered(row: &crate::row::Row, bindings: &Bindings) -> (Contract, String, String) {
         let urls = crate::row::urls::Urls::new("");
         let c = Contract::new(row, &[], &urls, "f", bindings);
+        let (md, html) = render(&c, row);
+        (c, md, html)
+    }
+
+    /// The markdown and HTML of contract `c` of `row`.
+    fn render(c: &Contract, row: &crate::row::Row) -> (String, String) {
         let counts = Counts::of([row]);
         let info = unbuilt(&counts);
         let common = super::Common {
@@ -1084,8 +1118,54 @@ mod tests {
         };
         let tera = super::tera().unwrap();
         let mut r = super::Renderer::new(&tera, super::contract_context(&common).unwrap());
-        let (md, html) = r.contract(&c).unwrap();
-        (c, md, html)
+        r.contract(c).unwrap()
+    }
+
+    /// The compiled markdown lists four arguments and counts the rest, cuts a long
+    /// description after 160 graphemes (never inside one: `e` and a combining accent are one)
+    /// and dates a commit by its day.
+    #[test]
+    fn the_markdown_lists_four_arguments_and_cuts_long_descriptions() {
+        let row = http_row("ITEM", "none");
+        let urls = crate::row::urls::Urls::new("");
+        let mut c = Contract::new(&row, &[], &urls, "f", &Bindings::default());
+        let accented = "e\u{301}".repeat(200);
+        c.arguments = (1..=6)
+            .map(|i| crate::build::contract::Argument {
+                position: i,
+                name: format!("a{i}"),
+                kind: "string".into(),
+                required: i == 1,
+                description: if i == 1 {
+                    accented.clone()
+                } else {
+                    "short".into()
+                },
+            })
+            .collect();
+        c.history = vec![crate::build::contract::HistoryLine {
+            sha: "0123456789abcdef".into(),
+            short: "0123456789".into(),
+            date: "2024-05-01T10:00:00+02:00".into(),
+            author: "Ann".into(),
+            subject: "Add ITEM".into(),
+            kind: "added",
+            url: None,
+        }];
+        let (md, _) = render(&c, &row);
+        let cut = format!("- `$1` a1: string, required. {}…\n", "e\u{301}".repeat(160));
+        assert!(md.contains(&cut), "{md}");
+        assert!(md.contains("- `$4` a4: string. short\n"), "{md}");
+        assert!(!md.contains("`$5` a5: string"), "{md}");
+        assert!(
+            md.contains("- and 2 more, from `$5` a5 on (the JSON contract describes each)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- 2024-05-01 `0123456789` added: Add ITEM (Ann)\n"),
+            "{md}"
+        );
+        assert!(md.ends_with("(Ann)\n"), "{md:?}");
     }
 
     /// A credential no binding names (a site built by hand or by an older capdir) is shown
