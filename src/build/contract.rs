@@ -25,21 +25,22 @@ pub struct HistoryLine {
     pub url: Option<String>,
 }
 
+/// The first ten characters of `s`: the day of an RFC 3339 time, or an abbreviated commit.
+pub fn first_ten(s: &str) -> &str {
+    let end = s.char_indices().nth(10).map_or(s.len(), |(i, _)| i);
+    &s[..end]
+}
+
 impl HistoryLine {
     /// The commit's day: the first ten characters of its RFC 3339 date.
     pub fn day(&self) -> &str {
-        let end = self
-            .date
-            .char_indices()
-            .nth(10)
-            .map_or(self.date.len(), |(i, _)| i);
-        &self.date[..end]
+        first_ten(&self.date)
     }
 
     pub fn new(c: &Change, urls: &Urls) -> Self {
         HistoryLine {
             sha: c.commit.sha.clone(),
-            short: c.commit.sha.chars().take(10).collect(),
+            short: first_ten(&c.commit.sha).to_string(),
             date: c.commit.date.clone(),
             author: c.commit.author.clone(),
             subject: c.commit.subject.clone(),
