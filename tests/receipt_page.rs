@@ -80,6 +80,12 @@ fn page(id: &str) -> axum::http::request::Builder {
     Request::get(format!("/receipt/{id}")).header("accept", "text/html,*/*;q=0.8")
 }
 
+/// Receipt `id`'s page as the owner sees it, the key sent as a header.
+async fn full_page(state: &AppState, id: &str) -> Answer {
+    let req = page(id).header("x-owner-key", OWNER).body(Body::empty());
+    send(state, req.expect("request")).await
+}
+
 fn form(id: &str, fields: &str) -> Request<Body> {
     Request::post(format!("/receipt/{id}"))
         .header("content-type", "application/x-www-form-urlencoded")
@@ -135,14 +141,7 @@ async fn keyless_page_shows_status_and_hashes_and_asks_for_the_key() {
 async fn the_owner_key_as_header_or_form_field_shows_the_full_receipt() {
     let s = served();
     let id = invoke(&s.state, "hello page").await;
-    let by_header = send(
-        &s.state,
-        page(&id)
-            .header("x-owner-key", OWNER)
-            .body(Body::empty())
-            .expect("req"),
-    )
-    .await;
+    let by_header = full_page(&s.state, &id).await;
     let by_form = send(
         &s.state,
         form(&id, &format!("body=ignored&credential={OWNER}")),
@@ -167,6 +166,26 @@ async fn the_owner_key_as_header_or_form_field_shows_the_full_receipt() {
     .await;
     let v: Json = serde_json::from_str(&json.body).expect("json");
     assert_eq!(v["output"], "hello page");
+}
+
+/// A caller's input is shown on the page as text: markup in it is escaped (named entities,
+/// quotes too), never run, in the input, the output an echo gives back, and nowhere else.
+#[tokio::test]
+async fn markup_a_caller_sent_is_shown_as_text() {
+    let s = served();
+    let sent = r#"<script>alert('x')</script><img src=x onerror="alert(1)">"#;
+    let id = invoke(&s.state, sent).await;
+    let a = full_page(&s.state, &id).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let shown = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&lt;img src=x onerror=&quot;alert(1)&quot;&gt;";
+    assert_eq!(
+        a.body.matches(shown).count(),
+        2,
+        "input and output, escaped: {}",
+        a.body
+    );
+    assert!(!a.body.contains("<script>alert"), "{}", a.body);
+    assert!(!a.body.contains("<img src=x"), "{}", a.body);
 }
 
 #[tokio::test]

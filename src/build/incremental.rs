@@ -185,8 +185,6 @@ pub struct Built {
     index: IndexState,
     info: BuildInfo,
     tombstones: BTreeMap<String, Tombstone>,
-    /// The compiled templates, shared with the [`Pages`] taken from it.
-    tera: Arc<tera::Tera>,
     /// The files of the catalogue the gate found clean when the site was opened.
     clean: Clean,
     /// Whether that list differs from the one the site holds.
@@ -250,7 +248,7 @@ impl Built {
                 // The word vectors: the index's row vectors are read against them, and a
                 // changed row is weighed with them (25 ms, most of it the tokenizer's JSON).
                 let _ = crate::search::semantic::model();
-                (history, site::tera())
+                history
             });
             // The files the list has with the stamps they have now are not read (most of
             // them, mostly): the rest of the snapshot is read after them, on this thread.
@@ -259,7 +257,7 @@ impl Built {
             let extras = snapshot::built(&snapshot_path).ok();
             (files.map(|f| (f, clean)), snap.join(), extras, rest.join())
         });
-        let (history, tera) = rest.map_err(|_| panicked("the history"))?;
+        let history = rest.map_err(|_| panicked("the history"))?;
         let (Some(mut snap), Some(mut extras)) =
             (snap.map_err(|_| panicked("the snapshot"))?, extras)
         else {
@@ -423,7 +421,6 @@ impl Built {
             index,
             info: snap.info,
             tombstones: tombs,
-            tera: Arc::new(tera?),
             clean: clean_now,
             clean_changed,
             reused: reused.len(),
@@ -588,7 +585,7 @@ impl Built {
                 &self.prints[key],
                 &bindings,
             );
-            let digest = site::replace_contract(&self.out, &self.tera, &common, &contract)?;
+            let digest = site::replace_contract(&self.out, &common, &contract)?;
             inputs.push((key.to_string(), Some(digest)));
             for ext in ["md", "json", "html"] {
                 self.touched.insert(format!("k/{key}.{ext}"));
@@ -602,7 +599,7 @@ impl Built {
                 .then(|| Tombstone::from_history(key, self.history.of(&file), &self.urls))
                 .flatten();
             match &tomb {
-                Some(t) => write_tombstone(&self.out, &self.tera, &common, t)?,
+                Some(t) => write_tombstone(&self.out, &common, t)?,
                 None => {
                     for ext in ["md", "json", "html"] {
                         let _ = std::fs::remove_file(self.out.join(format!("k/{key}.{ext}")));
@@ -784,7 +781,6 @@ impl Built {
             repo_url: self.repo_url.clone(),
             touched: std::mem::take(&mut self.touched),
             stale: std::mem::take(&mut self.stale),
-            tera: Arc::clone(&self.tera),
         }
     }
 
@@ -843,9 +839,9 @@ fn file_name(row: &Row) -> &str {
 }
 
 /// Write a tombstone's three files in place, each replaced whole.
-fn write_tombstone(out: &Path, tera: &tera::Tera, common: &Common, t: &Tombstone) -> Result<()> {
+fn write_tombstone(out: &Path, common: &Common, t: &Tombstone) -> Result<()> {
     let scratch = scratch_beside(out)?;
-    let made = site::write_tombstone(&scratch, tera, common, t).and_then(|()| {
+    let made = site::write_tombstone(&scratch, common, t).and_then(|()| {
         for ext in ["md", "json", "html"] {
             let name = format!("k/{}.{ext}", t.key);
             std::fs::rename(scratch.join(&name), out.join(&name))?;
@@ -886,7 +882,6 @@ pub struct Pages {
     repo_url: Option<String>,
     touched: BTreeSet<String>,
     stale: Stale,
-    tera: Arc<tera::Tera>,
 }
 
 impl Pages {
@@ -998,7 +993,6 @@ impl Pages {
             });
             site::write_pages(
                 scratch,
-                &self.tera,
                 &common,
                 &rows,
                 &self.listings,

@@ -12,6 +12,7 @@ pub mod git;
 pub mod history;
 pub mod incremental;
 pub mod manifest;
+pub mod pages;
 pub mod parts;
 pub mod projection;
 pub mod sign;
@@ -484,23 +485,18 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                         Contract::new(r, history.of(file), &urls, &prints[&r.key], &bindings)
                     })
                     .collect();
-                let tera = site::tera()?;
                 let bar = progress_bar(opts.progress, contracts.len() as u64);
                 let previous = opts.out.is_dir().then_some(opts.out.as_path());
                 let written =
-                    site::write_contracts(&tmp, previous, &tera, &common, &contracts, &|n| {
-                        bar.inc(n)
-                    })?;
+                    site::write_contracts(&tmp, previous, &common, &contracts, &|n| bar.inc(n))?;
                 bar.finish_and_clear();
                 for t in &tombs {
-                    site::write_tombstone(&tmp, &tera, &common, t)?;
+                    site::write_tombstone(&tmp, &common, t)?;
                 }
                 let listings: Vec<site::Listing> =
                     contracts.iter().map(site::Listing::of).collect();
                 let enabled: Vec<&Row> = enabled.iter().collect();
-                site::write_pages(
-                    &tmp, &tera, &common, &enabled, &listings, &tombs, &bindings, None,
-                )?;
+                site::write_pages(&tmp, &common, &enabled, &listings, &tombs, &bindings, None)?;
                 Ok((contracts.len(), written))
             })();
             let side = side

@@ -1,127 +1,24 @@
 //! The static site: contracts in three formats, index and category pages, search in the
 //! browser, tombstones, and the machine projections (registry, counts, MCP tools, llms.txt,
-//! sitemap). Everything is rendered from the build's rows with embedded tera templates, so
-//! the binary needs no files beside it, and the site needs no server.
+//! sitemap). Everything is rendered from the build's rows with the askama templates compiled
+//! into the binary ([`pages`]), so it needs no files beside it, and the site needs no server.
 
 use crate::build::contract::{Contract, Tombstone};
+use crate::build::pages::{self, Frame, Links};
 use crate::build::snapshot::{BuildInfo, Counts};
 use crate::build::{parts, projection};
 use crate::row::Row;
 use crate::row::binding::Bindings;
 use crate::row::urls::Urls;
 use anyhow::{Context as _, Result};
+use askama::Template as _;
 use pulldown_cmark::{Event, Options, Parser, html};
-use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::OnceLock;
-use tera::Tera;
 
-/// The contract's markdown, an askama template compiled into the binary (it is rendered for
-/// every row of every build); its text is hashed into the pages' inputs like tera's.
-const CONTRACT_MD: &str = include_str!("../../templates/contract.md");
-
-/// A row's contract as markdown (`k/KEY.md`).
-#[derive(askama::Template)]
-#[template(path = "contract.md", escape = "none")]
-struct ContractMarkdown<'a> {
-    c: &'a Contract,
-    run_now_url: &'a str,
-    invoke_url: &'a str,
-    receipt_url: &'a str,
-    confirm_url: &'a str,
-}
-
-impl<'a> ContractMarkdown<'a> {
-    fn of(c: &'a Contract) -> ContractMarkdown<'a> {
-        // An absent link reads as no link, as the tera templates read a null or empty one.
-        let link = |u: &'a Option<String>| u.as_deref().unwrap_or_default();
-        ContractMarkdown {
-            c,
-            run_now_url: link(&c.run_now_url),
-            invoke_url: link(&c.invoke_url),
-            receipt_url: link(&c.receipt_url),
-            confirm_url: link(&c.confirm_url),
-        }
-    }
-}
-
-/// The templates tera renders, compiled into the binary.
-const TEMPLATES: &[(&str, &str)] = &[
-    ("tombstone.md", include_str!("../../templates/tombstone.md")),
-    ("layout.html", include_str!("../../templates/layout.html")),
-    ("history.html", include_str!("../../templates/history.html")),
-    ("row.html", include_str!("../../templates/row.html")),
-    (
-        "tombstone.html",
-        include_str!("../../templates/tombstone.html"),
-    ),
-    ("index.html", include_str!("../../templates/index.html")),
-    (
-        "category.html",
-        include_str!("../../templates/category.html"),
-    ),
-    ("search.html", include_str!("../../templates/search.html")),
-    ("receipt.html", include_str!("../../templates/receipt.html")),
-    (
-        "credentials.html",
-        include_str!("../../templates/credentials.html"),
-    ),
-];
-
-pub fn tera() -> Result<Tera> {
-    let mut t = Tera::default();
-    t.add_raw_templates(TEMPLATES.to_vec())
-        .context("compiling templates")?;
-    t.autoescape_on(vec![".html"]);
-    t.set_escape_fn(escape_html);
-    t.register_filter("short", short);
-    Ok(t)
-}
-
-/// `short`: [`first_ten`](crate::build::contract::first_ten) characters, as the compiled
-/// markdown's `HistoryLine::day`. Tera's `truncate` segments graphemes, costly on every page of a large catalogue.
-fn short(
-    value: &tera::Value,
-    _: &std::collections::HashMap<String, tera::Value>,
-) -> tera::Result<tera::Value> {
-    let s = value.as_str().unwrap_or_default();
-    Ok(tera::Value::String(
-        crate::build::contract::first_ten(s).to_string(),
-    ))
-}
-
-/// HTML escaping for text and attribute values. Tera's default also escapes `/`, which
-/// only makes every URL six bytes per slash heavier.
-pub fn escape_html(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 16);
-    let mut plain = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let entity = match b {
-            b'&' => "&amp;",
-            b'<' => "&lt;",
-            b'>' => "&gt;",
-            b'"' => "&quot;",
-            b'\'' => "&#39;",
-            _ => continue,
-        };
-        out.push_str(&s[plain..i]);
-        out.push_str(entity);
-        plain = i + 1;
-    }
-    out.push_str(&s[plain..]);
-    out
-}
-
-/// The templates compiled once per process, for pages the dispatcher renders per request.
-fn shared_tera() -> Result<&'static Tera> {
-    static TERA: OnceLock<Result<Tera, String>> = OnceLock::new();
-    TERA.get_or_init(|| tera().map_err(|e| format!("{e:#}")))
-        .as_ref()
-        .map_err(|e| anyhow::anyhow!("{e}"))
-}
+pub use crate::build::pages::escape_html;
 
 const STYLE: &str = include_str!("../../templates/static/style.css");
 const SEARCH_JS: &str = include_str!("../../templates/static/search.js");
@@ -151,7 +48,6 @@ fn inline_markdown(md: &str) -> String {
 }
 
 /// What every page's layout needs.
-#[derive(Serialize)]
 pub struct Common<'a> {
     pub site: SiteMeta,
     pub counts: &'a Counts,
@@ -162,7 +58,7 @@ pub struct Common<'a> {
     pub dispatcher: Option<String>,
 }
 
-#[derive(Serialize, Clone)]
+#[derive(Clone)]
 pub struct SiteMeta {
     pub title: String,
     pub summary: String,
@@ -178,12 +74,6 @@ impl SiteMeta {
             ),
         }
     }
-}
-
-fn context(common: &Common, root: &str) -> Result<tera::Context> {
-    let mut ctx = tera::Context::from_serialize(common)?;
-    ctx.insert("root", root);
-    Ok(ctx)
 }
 
 fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
@@ -210,44 +100,15 @@ pub fn example_call(c: &Contract) -> String {
     )
 }
 
-/// Renders contracts one after another: the parts every page shares are serialised once,
-/// and each row's context is its own values beside a copy of them.
-struct Renderer<'t> {
-    tera: &'t Tera,
-    page: tera::Context,
+/// Renders contracts one after another, in the frame every row's page shares.
+struct Renderer<'f> {
+    frame: &'f Frame<'f>,
+    /// Where a page's form sends a call: the public dispatcher, or the site's own.
+    api: String,
     /// Troubleshooting and credential lines as HTML: the same few lines recur on every row
     /// of a type, so each is converted once.
     inline: HashMap<String, String>,
 }
-
-/// The context every contract's and tombstone's pages share. It holds nothing of the
-/// catalogue as a whole: not the commit (a template asking for it fails the build rather
-/// than being linked from a previous site where the commit was another), and not the counts
-/// (the site's summary and the search box's placeholder say none on these pages). So a
-/// row's pages change only when the row or its history does: adding or removing another row
-/// rewrites no other row's pages, which is what lets an incremental rebuild (a row written
-/// through the dispatcher) touch the pages of the rows it changed and no others.
-fn contract_context(common: &Common) -> Result<tera::Context> {
-    let mut ctx = tera::Context::new();
-    ctx.insert(
-        "site",
-        &SiteMeta {
-            title: common.site.title.clone(),
-            summary: SUMMARY.into(),
-        },
-    );
-    ctx.insert("repo_url", &common.repo_url);
-    ctx.insert("dispatcher", &common.dispatcher);
-    ctx.insert("root", "../");
-    ctx.insert(
-        "build",
-        &json!({"capdir_version": common.build.capdir_version}),
-    );
-    Ok(ctx)
-}
-
-/// What the catalogue is, without its counts (the index page says how many).
-const SUMMARY: &str = "Capabilities an agent can ask for in plain words, read as a small contract, and invoke by key with a receipt. Kept as data in Git.";
 
 /// Where a site keeps, per row, a digest of all its contract files were made from.
 pub const PAGE_INPUTS: &str = ".page-inputs";
@@ -282,11 +143,15 @@ fn link_contract(old: &Path, dir: &Path, key: &str) -> bool {
     true
 }
 
-impl<'t> Renderer<'t> {
-    fn new(tera: &'t Tera, page: tera::Context) -> Renderer<'t> {
+impl<'f> Renderer<'f> {
+    fn new(frame: &'f Frame<'f>) -> Renderer<'f> {
+        let api = match frame.dispatcher {
+            "" => frame.root.to_string(),
+            d => format!("{d}/"),
+        };
         Renderer {
-            tera,
-            page,
+            frame,
+            api,
             inline: HashMap::new(),
         }
     }
@@ -301,27 +166,26 @@ impl<'t> Renderer<'t> {
     }
 
     /// The markdown and HTML pages of contract `c`.
-    ///
-    /// The contract's fields are names of the context itself (`key`, `what`, `history`), not
-    /// of an object in it (`c.key`): tera reads a name without a dot straight from the
-    /// context, and a dotted one by a pointer walk that allocates four strings a use, which
-    /// was most of the time spent rendering a row's pages.
     fn contract(&mut self, c: &Contract) -> Result<(String, String)> {
-        let troubleshooting: Vec<String> =
-            c.troubleshooting.iter().map(|t| self.inline(t)).collect();
+        let troubleshooting_html = c.troubleshooting.iter().map(|t| self.inline(t)).collect();
         let may_invoke: Vec<String> = c.may_invoke.iter().map(|m| self.inline(m)).collect();
-        let mut ctx = tera::Context::from_value(serde_json::to_value(c)?)?;
-        ctx.extend(self.page.clone());
-        ctx.insert("call", &example_call(c));
         let schema = match &c.input_schema {
             Some(s) => serde_json::to_string_pretty(s)?,
             None => String::new(),
         };
-        ctx.insert("schema", &schema);
-        ctx.insert("troubleshooting_html", &troubleshooting);
-        ctx.insert("may_invoke_html", &may_invoke.join("; "));
-        let md = askama::Template::render(&ContractMarkdown::of(c))?;
-        let page = self.tera.render("row.html", &ctx)?;
+        let md = pages::ContractMarkdown { c, u: Links::of(c) }.render()?;
+        let page = pages::RowPage {
+            f: self.frame,
+            c,
+            u: Links::of(c),
+            history: &c.history,
+            call: example_call(c),
+            schema,
+            api: &self.api,
+            troubleshooting_html,
+            may_invoke_html: may_invoke.join("; "),
+        }
+        .render()?;
         Ok((md, page))
     }
 }
@@ -343,13 +207,12 @@ pub struct Written {
 /// build replaces) are hard-linked to them instead of written: a rebuild after one row
 /// changes creates no new inode for the other rows and writes none of their bytes, and
 /// removing the old site then frees nothing those rows still use. A row whose inputs (its
-/// contract JSON, the context its pages share, the templates, capdir's version) have the
+/// contract JSON, the frame its pages share, the templates, capdir's version) have the
 /// digest the previous site lists in [`PAGE_INPUTS`] is not even rendered; any other file
 /// is linked only after comparing it with the old one.
 pub fn write_contracts(
     out: &Path,
     previous: Option<&Path>,
-    tera: &Tera,
     common: &Common,
     contracts: &[Contract],
     progress: &(dyn Fn(u64) + Sync),
@@ -357,14 +220,14 @@ pub fn write_contracts(
     let dir = out.join("k");
     std::fs::create_dir_all(&dir)?;
     let old_dir = previous.map(|p| p.join("k")).filter(|d| d.is_dir());
-    let page = contract_context(common)?;
+    let frame = Frame::contract(common);
     let writer = ContractWriter {
         old_inputs: old_dir
             .as_ref()
             .and(previous)
             .map(read_page_inputs)
             .unwrap_or_default(),
-        shared: inputs_digest(&page)?,
+        shared: inputs_digest(&frame)?,
         dir,
         old_dir,
         progress,
@@ -378,9 +241,9 @@ pub fn write_contracts(
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers.min(batches.len()).max(1))
             .map(|_| {
-                let (writer, take, page) = (&writer, &take, page.clone());
+                let (writer, take, frame) = (&writer, &take, &frame);
                 s.spawn(move || -> Result<(Written, Vec<(String, String)>)> {
-                    let mut renderer = Renderer::new(tera, page);
+                    let mut renderer = Renderer::new(frame);
                     let (mut done, mut inputs) = (Written::default(), Vec::new());
                     while let Some(batch) = take() {
                         for c in *batch {
@@ -415,15 +278,15 @@ pub fn write_contracts(
 /// Render contract `c`'s three files into `out/k`, each replaced whole (written beside, then
 /// renamed over the old one): how an incremental rebuild changes one row's pages in a site
 /// that may be served meanwhile. Returns the digest [`PAGE_INPUTS`] lists for the row.
-pub fn replace_contract(out: &Path, tera: &Tera, common: &Common, c: &Contract) -> Result<String> {
-    let page = contract_context(common)?;
+pub fn replace_contract(out: &Path, common: &Common, c: &Contract) -> Result<String> {
+    let frame = Frame::contract(common);
     let json = serde_json::to_string_pretty(c)? + "\n";
     let digest = hex::encode(
-        inputs_digest(&page)?
+        inputs_digest(&frame)?
             .chain_update(json.as_bytes())
             .finalize(),
     );
-    let mut renderer = Renderer::new(tera, page);
+    let mut renderer = Renderer::new(&frame);
     let (md, html) = renderer
         .contract(c)
         .with_context(|| format!("rendering the contract of {}", c.key))?;
@@ -460,15 +323,15 @@ pub fn append_page_inputs(out: &Path, rows: &[(String, Option<String>)]) -> Resu
 }
 
 /// The digest of what every contract's pages are made from besides the contract: capdir's
-/// version, the templates, and the shared context `page`.
-fn inputs_digest(page: &tera::Context) -> Result<Sha256> {
+/// version, the templates, and the frame they share.
+fn inputs_digest(frame: &Frame) -> Result<Sha256> {
     let mut shared = Sha256::new();
     shared.update(env!("CARGO_PKG_VERSION"));
-    for (name, text) in [("contract.md", CONTRACT_MD)].iter().chain(TEMPLATES) {
+    for (name, text) in pages::TEMPLATES {
         shared.update(format!("\0{name}\0{}\0", text.len()));
         shared.update(text);
     }
-    shared.update(serde_json::to_vec(&page.clone().into_json())?);
+    shared.update(serde_json::to_vec(frame)?);
     Ok(shared)
 }
 
@@ -532,19 +395,19 @@ fn write_or_link(path: &Path, bytes: &[u8], old: Option<&Path>) -> Result<bool> 
 }
 
 /// Write a tombstone's three files.
-pub fn write_tombstone(out: &Path, tera: &Tera, common: &Common, t: &Tombstone) -> Result<()> {
-    let mut md_ctx = tera::Context::new();
-    md_ctx.insert("t", t);
-    let md = tera.render("tombstone.md", &md_ctx)?;
-    let mut ctx = contract_context(common)?;
-    ctx.insert("t", t);
-    ctx.insert("history", &t.history);
-    let removed_url = t
-        .history
-        .iter()
-        .find(|h| h.sha == t.removed_by)
-        .and_then(|h| h.url.clone());
-    ctx.insert("removed_url", &removed_url);
+pub fn write_tombstone(out: &Path, common: &Common, t: &Tombstone) -> Result<()> {
+    let md = pages::TombstoneMarkdown { t }.render()?;
+    let page = pages::TombstonePage {
+        f: Frame::contract(common),
+        t,
+        history: &t.history,
+        removed_url: t
+            .history
+            .iter()
+            .find(|h| h.sha == t.removed_by)
+            .and_then(|h| h.url.as_deref()),
+    }
+    .render()?;
     let dir = out.join("k");
     std::fs::create_dir_all(&dir)?;
     let mut json = serde_json::to_value(t)?;
@@ -554,21 +417,16 @@ pub fn write_tombstone(out: &Path, tera: &Tera, common: &Common, t: &Tombstone) 
         &dir.join(format!("{}.json", t.key)),
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
-    write(
-        &dir.join(format!("{}.html", t.key)),
-        tera.render("tombstone.html", &ctx)?,
-    )
+    write(&dir.join(format!("{}.html", t.key)), page)
 }
 
 /// What the index, category and search pages say of one row: read from its contract in a
 /// full build, from the row and its history in an incremental one.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Listing {
     pub key: String,
-    #[serde(skip)]
     pub category: String,
     pub what: String,
-    #[serde(rename = "type")]
     pub kind: &'static str,
     pub risk: &'static str,
     pub created_at: String,
@@ -576,7 +434,6 @@ pub struct Listing {
     /// The subject of the last commit that changed the row.
     pub subject: String,
     /// How many commits changed it.
-    #[serde(skip)]
     pub changes: usize,
 }
 
@@ -624,32 +481,10 @@ impl Listing {
     }
 }
 
-#[derive(Serialize)]
-struct Category<'a> {
-    name: String,
-    rows: Vec<&'a Listing>,
-}
-
-/// A category as the index page names it: its name and how many rows it has. The index and
-/// search pages are written again on every rebuild; their contexts carry only what they show
-/// (a context is a JSON tree made of every field it is given, for every row).
-#[derive(Serialize)]
-struct CategoryCount<'a> {
-    name: &'a str,
-    count: usize,
-}
-
-/// A category as the search page lists it: each row's key and WHAT.
-#[derive(Serialize)]
-struct Section<'a> {
-    name: &'a str,
-    rows: Vec<Named<'a>>,
-}
-
-#[derive(Serialize)]
-struct Named<'a> {
-    key: &'a str,
-    what: &'a str,
+/// A category and its rows, in listing order.
+pub struct Category<'a> {
+    pub name: String,
+    pub rows: Vec<&'a Listing>,
 }
 
 /// How many rows the index's "recently" lists show.
@@ -659,31 +494,28 @@ const RECENT: usize = 8;
 pub const CREDENTIALS_PAGE: &str = "credentials.html";
 
 /// One bound credential on the credentials page.
-#[derive(Serialize)]
-struct BoundCredential<'a> {
-    env: &'a str,
-    origins: Vec<String>,
-    methods: &'a [String],
+pub struct BoundCredential<'a> {
+    pub env: &'a str,
+    pub origins: Vec<String>,
+    pub methods: &'a [String],
     /// The rows the binding lets use it (none: any row).
-    keys: &'a [String],
-    categories: &'a [String],
+    pub keys: &'a [String],
+    pub categories: &'a [String],
     /// The enabled rows that name it and may use it.
-    rows: Vec<&'a str>,
+    pub rows: Vec<&'a str>,
 }
 
 /// A credential rows name that no binding lets them use, and those rows.
-#[derive(Serialize)]
-struct Refused<'a> {
-    env: String,
-    code: &'static str,
-    rows: Vec<&'a str>,
+pub struct Refused<'a> {
+    pub env: String,
+    pub code: &'static str,
+    pub rows: Vec<&'a str>,
 }
 
 /// `credentials.html`: every credential `bindings` bind, where it may go and which of `rows`
 /// use it; and any credential a row names that is not bound for it (calls refused).
 fn write_credentials(
     out: &Path,
-    tera: &Tera,
     common: &Common,
     rows: &[&Row],
     bindings: &Bindings,
@@ -726,13 +558,12 @@ fn write_credentials(
         .into_iter()
         .map(|((env, code), rows)| Refused { env, code, rows })
         .collect();
-    let mut ctx = context(common, "")?;
-    ctx.insert("credentials", &credentials);
-    ctx.insert("refused", &refused);
-    write(
-        &out.join(CREDENTIALS_PAGE),
-        tera.render(CREDENTIALS_PAGE, &ctx)?,
-    )
+    let page = pages::CredentialsPage {
+        f: Frame::of(common, ""),
+        credentials,
+        refused,
+    };
+    write(&out.join(CREDENTIALS_PAGE), page.render()?)
 }
 
 /// Index, category pages (every one, or only the categories named in `only`), the
@@ -740,7 +571,6 @@ fn write_credentials(
 #[allow(clippy::too_many_arguments)]
 pub fn write_pages(
     out: &Path,
-    tera: &Tera,
     common: &Common,
     rows: &[&Row],
     listings: &[Listing],
@@ -780,51 +610,37 @@ pub fn write_pages(
         .collect();
     let names: Vec<&str> = categories.iter().map(|c| c.name.as_str()).collect();
 
-    let counts: Vec<CategoryCount> = categories
-        .iter()
-        .map(|c| CategoryCount {
-            name: &c.name,
-            count: c.rows.len(),
-        })
-        .collect();
-    let mut ctx = context(common, "")?;
-    ctx.insert("categories", &counts);
-    ctx.insert("added", &added);
-    ctx.insert("changed", &changed);
-    ctx.insert("removed", &removed);
-    ctx.insert("bound_credentials", &bindings.credentials.len());
-    write(&out.join("index.html"), tera.render("index.html", &ctx)?)?;
-    write_credentials(out, tera, common, rows, bindings)?;
-
-    let sections: Vec<Section> = categories
-        .iter()
-        .map(|c| Section {
-            name: &c.name,
-            rows: c
-                .rows
-                .iter()
-                .map(|r| Named {
-                    key: &r.key,
-                    what: &r.what,
-                })
-                .collect(),
-        })
-        .collect();
-    let mut ctx = context(common, "")?;
-    ctx.insert("categories", &sections);
-    write(&out.join("search.html"), tera.render("search.html", &ctx)?)?;
+    let index = pages::IndexPage {
+        f: Frame::of(common, ""),
+        counts: common.counts,
+        categories: &categories,
+        added,
+        changed,
+        removed,
+        bound_credentials: bindings.credentials.len(),
+    };
+    write(&out.join("index.html"), index.render()?)?;
+    write_credentials(out, common, rows, bindings)?;
+    let search = pages::SearchPage {
+        f: Frame::of(common, ""),
+        categories: &categories,
+    };
+    write(&out.join("search.html"), search.render()?)?;
 
     std::fs::create_dir_all(out.join("c"))?;
-    for cat in categories
+    let frame = Frame::counted(common, "../");
+    for category in categories
         .iter()
         .filter(|c| only.is_none_or(|names| names.contains(&c.name)))
     {
-        let mut ctx = context(common, "../")?;
-        ctx.insert("category", cat);
-        ctx.insert("all_categories", &names);
+        let page = pages::CategoryPage {
+            f: &frame,
+            category,
+            all_categories: &names,
+        };
         write(
-            &out.join("c").join(format!("{}.html", cat.name)),
-            tera.render("category.html", &ctx)?,
+            &out.join("c").join(format!("{}.html", category.name)),
+            page.render()?,
         )?;
     }
     std::fs::create_dir_all(out.join("static"))?;
@@ -846,7 +662,6 @@ pub struct ReceiptPage<'a> {
 }
 
 /// An error on a page, with the same code, message and fix as the JSON answer.
-#[derive(Serialize)]
 pub struct PageError<'a> {
     pub code: &'a str,
     pub message: &'a str,
@@ -862,12 +677,14 @@ pub fn receipt_page(info: &BuildInfo, page: &ReceiptPage) -> Result<String> {
         repo_url: None,
         dispatcher: None,
     };
-    let mut ctx = context(&common, "/")?;
-    ctx.insert("id", page.id);
-    ctx.insert("r", &page.receipt);
-    ctx.insert("full", &page.full);
-    ctx.insert("error", &page.error);
-    Ok(shared_tera()?.render("receipt.html", &ctx)?)
+    let html = pages::ReceiptHtml {
+        f: Frame::of(&common, "/"),
+        id: page.id,
+        r: page.receipt.as_ref().map(pages::Shown),
+        full: page.full,
+        error: page.error.as_ref(),
+    };
+    Ok(html.render()?)
 }
 
 /// registry.json, counts.json, mcp/tools.json, llms.txt and sitemap.xml.
@@ -1117,9 +934,8 @@ mod tests {
             repo_url: None,
             dispatcher: None,
         };
-        let tera = super::tera().unwrap();
-        let mut r = super::Renderer::new(&tera, super::contract_context(&common).unwrap());
-        r.contract(c).unwrap()
+        let frame = crate::build::pages::Frame::contract(&common);
+        super::Renderer::new(&frame).contract(c).unwrap()
     }
 
     /// The compiled markdown lists four arguments and counts the rest, cuts a long
@@ -1245,14 +1061,7 @@ mod tests {
         };
         let dir = tempfile::tempdir().unwrap();
         let refs: Vec<&crate::row::Row> = rows.iter().collect();
-        super::write_credentials(
-            dir.path(),
-            &super::tera().unwrap(),
-            &common,
-            &refs,
-            &bindings,
-        )
-        .unwrap();
+        super::write_credentials(dir.path(), &common, &refs, &bindings).unwrap();
         let page = std::fs::read_to_string(dir.path().join(super::CREDENTIALS_PAGE)).unwrap();
         assert!(
             page.contains("<a href=\"k/BOUND_ROW.html\">BOUND_ROW</a>"),
