@@ -331,8 +331,17 @@ impl fmt::Display for Shown<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::Shown;
+    use super::{Shown, escape_html};
     use serde_json::json;
+
+    #[test]
+    fn escaping_covers_markup_and_quotes_and_keeps_slashes() {
+        assert_eq!(
+            escape_html(r#"<a href="x">'&'</a> é/"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt; é/"
+        );
+        assert_eq!(escape_html("plain"), "plain");
+    }
 
     /// A receipt's fields as the page shows them: strings as they are, numbers as their
     /// digits (a float's shortest form), nothing for null or an absent field, arrays as

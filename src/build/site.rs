@@ -18,8 +18,6 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
-pub use crate::build::pages::escape_html;
-
 const STYLE: &str = include_str!("../../templates/static/style.css");
 const SEARCH_JS: &str = include_str!("../../templates/static/search.js");
 const ROW_JS: &str = include_str!("../../templates/static/row.js");
@@ -890,7 +888,7 @@ fn xml_escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape_html, shell_quote};
+    use super::shell_quote;
     use crate::build::contract::Contract;
     use crate::build::snapshot::{BuildInfo, Counts};
     use crate::row::binding::Bindings;
@@ -1071,15 +1069,6 @@ mod tests {
             page.contains("<li><code>TOKEN_Z</code> (<code>unbound_credential</code>): <a href=\"k/LOST_ROW.html\">LOST_ROW</a></li>"),
             "{page}"
         );
-    }
-
-    #[test]
-    fn escaping_covers_markup_and_quotes_and_keeps_slashes() {
-        assert_eq!(
-            escape_html(r#"<a href="x">'&'</a> é/"#),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt; é/"
-        );
-        assert_eq!(escape_html("plain"), "plain");
     }
 
     #[test]
