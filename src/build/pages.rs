@@ -34,8 +34,9 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
-/// HTML escaping for text and attribute values: `& < > " '` as named entities (`'` as
-/// `&#39;`). Unlike askama's own escaper, and like the site before it, `/` is left alone.
+/// HTML escaping for text and attribute values: `& < > " '` as the entities the site has
+/// always written (`&amp; &lt; &gt; &quot; &#39;`), where askama's own escaper writes numeric
+/// ones (`&#60;`); `/` is left alone.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HtmlEntities;
 
