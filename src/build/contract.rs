@@ -32,11 +32,6 @@ pub fn first_ten(s: &str) -> &str {
 }
 
 impl HistoryLine {
-    /// The commit's day: the first ten characters of its RFC 3339 date.
-    pub fn day(&self) -> &str {
-        first_ten(&self.date)
-    }
-
     pub fn new(c: &Change, urls: &Urls) -> Self {
         HistoryLine {
             sha: c.commit.sha.clone(),

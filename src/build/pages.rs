@@ -3,7 +3,7 @@
 //! compiled. Text is escaped for HTML by [`HtmlEntities`] (named in `askama.toml`), always:
 //! only what capdir itself rendered from markdown is marked `|safe`.
 
-use crate::build::contract::{Contract, HistoryLine, Tombstone, first_ten};
+use crate::build::contract::{Contract, Tombstone, first_ten};
 use crate::build::site::{BoundCredential, Category, Common, Listing, PageError, Refused};
 use crate::build::snapshot::Counts;
 use serde::Serialize;
@@ -150,6 +150,7 @@ impl<'a> Frame<'a> {
 const SUMMARY: &str = "Capabilities an agent can ask for in plain words, read as a small contract, and invoke by key with a receipt. Kept as data in Git.";
 
 /// A contract's addresses on the public dispatcher, each `""` when it has none.
+#[derive(Clone, Copy)]
 pub struct Links<'a> {
     pub run_now: &'a str,
     pub contract: &'a str,
@@ -186,7 +187,6 @@ pub struct RowPage<'a> {
     pub f: &'a Frame<'a>,
     pub c: &'a Contract,
     pub u: Links<'a>,
-    pub history: &'a [HistoryLine],
     /// The example call, as a reader copies it.
     pub call: String,
     /// The input schema, pretty-printed (`""`: none).
@@ -212,7 +212,6 @@ pub struct TombstoneMarkdown<'a> {
 pub struct TombstonePage<'a> {
     pub f: Frame<'a>,
     pub t: &'a Tombstone,
-    pub history: &'a [HistoryLine],
     /// The page of the commit that removed it, when the repository's address is known.
     pub removed_url: Option<&'a str>,
 }

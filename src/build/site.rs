@@ -171,12 +171,12 @@ impl<'f> Renderer<'f> {
             Some(s) => serde_json::to_string_pretty(s)?,
             None => String::new(),
         };
-        let md = pages::ContractMarkdown { c, u: Links::of(c) }.render()?;
+        let u = Links::of(c);
+        let md = pages::ContractMarkdown { c, u }.render()?;
         let page = pages::RowPage {
             f: self.frame,
             c,
-            u: Links::of(c),
-            history: &c.history,
+            u,
             call: example_call(c),
             schema,
             api: &self.api,
@@ -398,7 +398,6 @@ pub fn write_tombstone(out: &Path, common: &Common, t: &Tombstone) -> Result<()>
     let page = pages::TombstonePage {
         f: Frame::contract(common),
         t,
-        history: &t.history,
         removed_url: t
             .history
             .iter()
