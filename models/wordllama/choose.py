@@ -37,9 +37,9 @@ def ranked(scores, keys):
     return [[keys[j] for j in np.argsort(-row, kind="stable")[:12]] for row in scores]
 
 
-def main():
-    wheel = sys.argv[1]
-    capdir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "target/release/capdir")
+def prepare(wheel, capdir):
+    """The wheel's float vectors, and per development set its row keys, labels, BM25 matrix
+    and the token ids of its rows and requests (as `search/semantic.rs` tokenises them)."""
     from tokenizers import Tokenizer
     with zipfile.ZipFile(wheel) as z:
         E0 = safetensor(z.read(VECTORS), "embedding.weight").astype(np.float64)
@@ -66,33 +66,58 @@ def main():
                           rows=[ids(r["key"].replace("_", " ").lower() + ". " + r["what"]) for r in rows],
                           asked=[ids(a["query"]) for a in asked])
         data[name]["base"] = metrics(ranked(bm25, data[name]["keys"]), data[name]["labels"])
+    return E0, data
 
+
+def weights(E0, d, sif, rare, unknown):
+    """The weighted vectors (SIF a `sif`, or none), and a set's row and request token
+    weights: catalogue IDF with the rare-row cap, an unknown request token `unknown` of the
+    heaviest."""
+    p = 1 / np.arange(2, len(E0) + 2)
+    E = E0 if sif is None else E0 * (sif / (sif + p / p.sum()))[:, None]
+    df = np.zeros(len(E))
+    for r in d["rows"]:
+        df[list(set(r))] += 1
+    n = sum(1 for r in d["rows"] if r)
+    idf = np.maximum(np.log((n + 1) / (np.maximum(df, min(rare, n // 10)) + 0.5)), 0)
+    return E, idf, np.where(df == 0, unknown * idf[df > 0].max(), idf)
+
+
+def cosines(E0, d, sif, rare, unknown):
+    """Each request's cosine to each row of set `d`: the weighted token vectors summed."""
+    E, idf, qidf = weights(E0, d, sif, rare, unknown)
+
+    def embed(ts, w):
+        v = (w[ts][:, None] * E[ts]).sum(0) if ts else np.zeros(E.shape[1])
+        norm = np.linalg.norm(v)
+        return v / norm if norm > 1e-9 else v
+    return np.array([embed(q, qidf) for q in d["asked"]]) @ np.array([embed(r, idf) for r in d["rows"]]).T
+
+
+def main():
+    wheel = sys.argv[1]
+    capdir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "target/release/capdir")
+    E0, data = prepare(wheel, capdir)
     results = {}
     for sif, rare, unknown in itertools.product(SIF, RARE, UNKNOWN):
-        p = 1 / np.arange(2, len(E0) + 2)
-        E = E0 if sif is None else E0 * (sif / (sif + p / p.sum()))[:, None]
         for name, d in data.items():
-            df = np.zeros(len(E))
-            for r in d["rows"]:
-                df[list(set(r))] += 1
-            n = sum(1 for r in d["rows"] if r)
-            idf = np.maximum(np.log((n + 1) / (np.maximum(df, min(rare, n // 10)) + 0.5)), 0)
-            qidf = np.where(df == 0, unknown * idf[df > 0].max(), idf)
-
-            def embed(ts, w):
-                v = (w[ts][:, None] * E[ts]).sum(0) if ts else np.zeros(E.shape[1])
-                norm = np.linalg.norm(v)
-                return v / norm if norm > 1e-9 else v
-            cos = np.array([embed(q, qidf) for q in d["asked"]]) @ np.array([embed(r, idf) for r in d["rows"]]).T
+            cos = cosines(E0, d, sif, rare, unknown)
             for w in WEIGHT:
                 results.setdefault((sif, rare, unknown, w), {})[name] = metrics(
                     ranked(standard(d["bm25"]) + w * standard(cos), d["keys"]), d["labels"])
 
+    report(results, data, "SIF a, rare cap, unknown share, weight")
+
+
+def report(results, data, setting):
+    """The eight settings of `results` (setting → set → R@1, R@5, MRR@12) whose worst MRR@12
+    ratio to BM25 over the three sets is highest; then, for each set, the setting chosen on
+    the other two, measured on it."""
     def cell(m, name):
         return "%.3f / %.3f / %.3f (×%.3f)" % (*m, m[2] / data[name]["base"][2])
     names = [n for n, _ in SETS]
     print("BM25: " + "; ".join("%s %.3f / %.3f / %.3f" % (n, *data[n]["base"]) for n in names))
-    print("\n| SIF a, rare cap, unknown share, weight | " + " | ".join(names) + " |\n|---|---|---|---|")
+    print(f"\n| {setting} | " + " | ".join(names) + " |\n|---|---|---|---|")
     worst = lambda k, on: min(results[k][n][2] / data[n]["base"][2] for n in on)
     for k in sorted(results, key=lambda k: -worst(k, names))[:8]:
         print(f"| {k} | " + " | ".join(cell(results[k][n], n) for n in names) + " |")
