@@ -32,17 +32,20 @@ def maxsim(E0, d, floors):
     its best cosine to a row's tokens (0 under the floor)."""
     _, _, qidf = weights(E0, d, *SHIPPED)
     unit = E0 / np.maximum(np.linalg.norm(E0, axis=1, keepdims=True), 1e-9)
-    rows = [np.array(sorted(set(r)), int) for r in d["rows"]]
+    # Every token any row has, once; each row as its columns among them.
+    known = np.array(sorted({t for r in d["rows"] for t in r}), int)
+    rows = [np.searchsorted(known, sorted(set(r))) for r in d["rows"]]
     out = {f: np.zeros((len(d["asked"]), len(rows))) for f in floors}
     for i, q in enumerate(d["asked"]):
         qs = np.array(sorted(set(q)), int)
         if not len(qs):
             continue
         w = qidf[qs]
+        cos = unit[qs] @ unit[known].T
         for j, r in enumerate(rows):
             if not len(r):
                 continue
-            best = (unit[qs] @ unit[r].T).max(1)
+            best = cos[:, r].max(1)
             for f in floors:
                 out[f][i, j] = (w * np.where(best >= f, best, 0)).sum() / max(w.sum(), 1e-9)
     return out
