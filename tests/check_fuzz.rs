@@ -2,7 +2,7 @@
 
 use capdir::check::check_files;
 use capdir::row::catalogue::SourceFile;
-use capdir::row::parse_row;
+use capdir::row::{line_breaks, parse_row};
 use proptest::prelude::*;
 use std::path::Path;
 
@@ -60,11 +60,37 @@ proptest! {
         let checked = check_files(&files);
         for d in &checked.diags {
             prop_assert!(!d.code.is_empty() && !d.help.is_empty());
+            // Named at a line of its file (the line after a final line break at most).
+            if let Some(f) = files.iter().find(|f| f.path == d.path) {
+                let lines = line_breaks(&f.bytes) + 1;
+                prop_assert!(d.line <= lines, "{}:{} of {lines} lines: {}", d.path.display(), d.line, d.message);
+            }
         }
     }
 
     #[test]
     fn flow_parser_never_panics(text in "[A-Z_:{}|>=$ a-z0-9\n]{0,80}") {
         let _ = capdir::row::flow::parse(&text);
+    }
+}
+
+/// A flow whose content is only its docstring has no steps. The gate names the file's last
+/// line, with or without a final newline, never the line after it (fuzz/row found line 19 of
+/// an 18-line file).
+#[test]
+fn a_flow_without_steps_is_named_inside_the_file() {
+    let text = "key: NO_STEPS\ntype: flow\ncategory: text\ncontent: |\n  # WHAT: nothing yet\n  # WHEN_TO_USE: never";
+    for text in [text.to_string(), format!("{text}\n")] {
+        let checked = check_files(&[SourceFile {
+            path: "NO_STEPS.yaml".into(),
+            bytes: text.clone().into_bytes(),
+        }]);
+        let d = checked
+            .diags
+            .iter()
+            .find(|d| d.code == "bad_flow_step")
+            .unwrap_or_else(|| panic!("no bad_flow_step for {text:?}: {:?}", checked.diags));
+        assert!(d.message.contains("no steps"), "{d:?}");
+        assert_eq!(d.line, 6, "{d:?}");
     }
 }

@@ -186,6 +186,8 @@ struct Located {
     items: BTreeMap<String, Vec<(usize, usize)>>,
     /// 1-based file line of the first line of `content`'s text.
     content_line: usize,
+    /// The file's last line (1-based), the furthest a diagnostic may point.
+    last_line: usize,
 }
 
 impl Spans {
@@ -257,11 +259,12 @@ impl Spans {
         self.located().content_line
     }
 
-    /// File line of line `n` (0-based) of `content`.
+    /// File line of line `n` (0-based) of `content`; a line past the file's end (where an
+    /// empty payload would start, after the docstring's last line) is the file's last line.
     pub fn content_at(&self, n: usize) -> (usize, usize) {
         match self.content_line() {
             0 => self.value("content"),
-            line => (line + n, 3),
+            line => ((line + n).min(self.located().last_line), 3),
         }
     }
 }
@@ -724,6 +727,16 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
+/// The line breaks of `bytes` as YAML counts them (and so the line numbers of its parser):
+/// `\n`, `\r\n` and a lone `\r` each end a line. A file of N breaks has at most N + 1 lines.
+pub fn line_breaks(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && bytes.get(i + 1) != Some(&b'\n')))
+        .count()
+}
+
 /// 1-based line and column of a byte offset.
 pub fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
     let before = &bytes[..offset.min(bytes.len())];
@@ -764,7 +777,11 @@ fn locate_path(text: &str, field: &str, pointer: &str) -> Option<(usize, usize)>
 }
 
 fn locate(text: &str) -> Located {
-    let mut spans = Located::default();
+    let ends_line = text.ends_with(['\n', '\r']);
+    let mut spans = Located {
+        last_line: (line_breaks(text.as_bytes()) + usize::from(!ends_line)).max(1),
+        ..Located::default()
+    };
     match marked_yaml::parse_yaml(0, text) {
         Ok(node) => {
             if let Some(map) = node.as_mapping() {
@@ -828,6 +845,18 @@ fn locate(text: &str) -> Located {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn line_breaks_count_as_yaml_does() {
+        assert_eq!(line_breaks(b""), 0);
+        assert_eq!(line_breaks(b"a"), 0);
+        assert_eq!(line_breaks(b"a\nb\n"), 2);
+        assert_eq!(line_breaks(b"a\r\nb\rc\n\r"), 4);
+        // marked-yaml puts `b:` on line 3 of a file whose first two lines end in a lone `\r`.
+        let spans = Spans::of("a: 1\r\rb: 2\r");
+        assert_eq!(spans.key("b"), (3, 1));
+        assert_eq!(spans.located().last_line, 3);
+    }
 
     #[test]
     fn docstring_and_payload_split() {
