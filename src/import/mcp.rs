@@ -379,7 +379,9 @@ pub fn key_for(prefix: &str, tool: &str) -> String {
         key = format!("MCP_{key}").trim_end_matches('_').to_string();
     }
     if key.len() > 64 {
-        let digest = &hex::encode(sha2::Sha256::digest(tool.as_bytes()))[..8];
+        // In capitals, as a key's every letter is: a key with `_01222f2d` at its end failed
+        // the gate, and its tool was left out (fuzz/mcp_tools found it).
+        let digest = &hex::encode_upper(sha2::Sha256::digest(tool.as_bytes()))[..8];
         key.truncate(64 - 1 - digest.len());
         key = format!("{}_{digest}", key.trim_end_matches('_'));
     }
@@ -689,6 +691,11 @@ mod tests {
         let k = key_for("P", &long);
         assert!(k.len() <= 64 && is_valid_key(&k), "{k}");
         assert_ne!(k, key_for("P", &format!("{long}b")));
+        // Every long name's key is a valid key, whatever letters its digest has.
+        for i in 0..40 {
+            let k = key_for("P", &format!("../../{long}{i}/etc"));
+            assert!(k.len() <= 64 && is_valid_key(&k), "{k}");
+        }
         let used: BTreeSet<String> = ["A_B".to_string(), "A_B_2".to_string()].into();
         assert_eq!(unique_key("A_B", &used), "A_B_3");
     }
