@@ -1443,14 +1443,6 @@ mod never_panics {
                     return Ok(());
                 };
                 if let Ok(plan) = import(&parsed, &Options::default(), &[], Path::new("out")) {
-                    let files: Vec<capdir::row::catalogue::SourceFile> = plan
-                        .writes
-                        .iter()
-                        .map(|(name, text)| capdir::row::catalogue::SourceFile {
-                            path: Path::new("out").join(name),
-                            bytes: text.clone().into_bytes(),
-                        })
-                        .collect();
                     // The importer never drafts a template the gate refuses.
                     for sk in &plan.report.skipped {
                         for n in &sk.notes {
@@ -1464,7 +1456,7 @@ mod never_panics {
                             );
                         }
                     }
-                    let checked = capdir::check::check_files(&files);
+                    let checked = capdir::check::check_files(&plan.files(Path::new("out")));
                     prop_assert!(
                         !checked.has_errors(),
                         "{:?}\n{:?}",

@@ -41,15 +41,7 @@ fn rows_of(rel: &str, prefix: &str, addr: SocketAddr, base_path: &str) -> (Vec<R
     };
     let plan = import(&doc, &options, &[], Path::new("catalogue")).expect("import");
     // The imported catalogue passes the gate.
-    let files: Vec<capdir::row::catalogue::SourceFile> = plan
-        .writes
-        .iter()
-        .map(|(name, text)| capdir::row::catalogue::SourceFile {
-            path: Path::new("catalogue").join(name),
-            bytes: text.clone().into_bytes(),
-        })
-        .collect();
-    let checked = capdir::check::check_files(&files);
+    let checked = capdir::check::check_files(&plan.files(Path::new("catalogue")));
     assert!(!checked.has_errors(), "{rel}: {:?}", checked.diags);
     let rows = plan
         .writes

@@ -5,7 +5,6 @@
 
 use capdir::check::{asks_gate, check_files};
 use capdir::import::{Options, document, import};
-use capdir::row::catalogue::SourceFile;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
@@ -19,15 +18,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(plan) = import(&doc, &Options::default(), &[], Path::new("out")) else {
         return;
     };
-    let files: Vec<SourceFile> = plan
-        .writes
-        .iter()
-        .map(|(name, text)| SourceFile {
-            path: Path::new("out").join(name),
-            bytes: text.clone().into_bytes(),
-        })
-        .collect();
-    let checked = check_files(&files);
+    let checked = check_files(&plan.files(Path::new("out")));
     assert!(
         !checked.has_errors(),
         "{:#?}\n{:#?}",

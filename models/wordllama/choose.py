@@ -37,9 +37,11 @@ def ranked(scores, keys):
     return [[keys[j] for j in np.argsort(-row, kind="stable")[:12]] for row in scores]
 
 
-def prepare(wheel, capdir):
+def prepare(wheel, capdir=None):
     """The wheel's float vectors, and per development set its row keys, labels, BM25 matrix
-    and the token ids of its rows and requests (as `search/semantic.rs` tokenises them)."""
+    and the token ids of its rows and requests (as `search/semantic.rs` tokenises them).
+    `capdir`: the binary that gives the BM25 matrices (default: the release build here)."""
+    capdir = capdir or os.path.join(ROOT, "target/release/capdir")
     from tokenizers import Tokenizer
     with zipfile.ZipFile(wheel) as z:
         E0 = safetensor(z.read(VECTORS), "embedding.weight").astype(np.float64)
@@ -95,9 +97,7 @@ def cosines(E0, d, sif, rare, unknown):
 
 
 def main():
-    wheel = sys.argv[1]
-    capdir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "target/release/capdir")
-    E0, data = prepare(wheel, capdir)
+    E0, data = prepare(*sys.argv[1:3])
     results = {}
     for sif, rare, unknown in itertools.product(SIF, RARE, UNKNOWN):
         for name, d in data.items():

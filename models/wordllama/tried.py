@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from choose import cosines, prepare, ranked, report, weights  # noqa: E402
-from vectors import ROOT, metrics, standard  # noqa: E402
+from vectors import metrics, standard  # noqa: E402
 
 SHIPPED = (1e-5, 5, 0.5)
 WEIGHT = [0.7, 1.0, 1.2]
@@ -80,9 +80,7 @@ def agreement(za, zb, n=10):
 
 
 def main():
-    wheel = sys.argv[1]
-    capdir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "target/release/capdir")
-    E0, data = prepare(wheel, capdir)
+    E0, data = prepare(*sys.argv[1:3])
     floors = (0.0, 0.3, 0.5, 0.7)
     lists = {}
     for name, d in data.items():

@@ -178,6 +178,20 @@ pub struct Import {
     pub report: Report,
 }
 
+impl Import {
+    /// The files it writes, as the catalogue directory `dir` would hold them: what the gate
+    /// reads to judge the import.
+    pub fn files(&self, dir: &Path) -> Vec<SourceFile> {
+        self.writes
+            .iter()
+            .map(|(name, text)| SourceFile {
+                path: dir.join(name),
+                bytes: text.clone().into_bytes(),
+            })
+            .collect()
+    }
+}
+
 /// Does `path` match the glob (`*` within a segment, `**` across)?
 pub fn glob_matches(glob: &str, path: &str) -> bool {
     fn go(g: &[u8], p: &[u8]) -> bool {
