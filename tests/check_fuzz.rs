@@ -74,6 +74,16 @@ proptest! {
     }
 }
 
+/// The gate's first diagnostic of `code` on the one file `KEY.yaml` holding `text`.
+fn first(key: &str, text: &str, code: &str) -> capdir::row::diag::Diagnostic {
+    let checked = check_files(&[SourceFile {
+        path: format!("{key}.yaml").into(),
+        bytes: text.as_bytes().to_vec(),
+    }]);
+    let found = checked.diags.iter().find(|d| d.code == code).cloned();
+    found.unwrap_or_else(|| panic!("no {code} for {text:?}: {:?}", checked.diags))
+}
+
 /// A flow whose content is only its docstring has no steps. The gate names the file's last
 /// line, with or without a final newline, never the line after it (fuzz/row found line 19 of
 /// an 18-line file).
@@ -81,16 +91,17 @@ proptest! {
 fn a_flow_without_steps_is_named_inside_the_file() {
     let text = "key: NO_STEPS\ntype: flow\ncategory: text\ncontent: |\n  # WHAT: nothing yet\n  # WHEN_TO_USE: never";
     for text in [text.to_string(), format!("{text}\n")] {
-        let checked = check_files(&[SourceFile {
-            path: "NO_STEPS.yaml".into(),
-            bytes: text.clone().into_bytes(),
-        }]);
-        let d = checked
-            .diags
-            .iter()
-            .find(|d| d.code == "bad_flow_step")
-            .unwrap_or_else(|| panic!("no bad_flow_step for {text:?}: {:?}", checked.diags));
+        let d = first("NO_STEPS", &text, "bad_flow_step");
         assert!(d.message.contains("no steps"), "{d:?}");
         assert_eq!(d.line, 6, "{d:?}");
     }
+}
+
+/// A schema whose last property has no value is named at the file's last line, not at the
+/// line after it where its value would be (fuzz/row found line 16 of a 15-line file).
+#[test]
+fn a_schema_ending_in_an_empty_property_is_named_inside_the_file() {
+    let text = "key: EMPTY_PROP\ntype: fn\ntarget: echo\ncategory: text\ncontent: |\n  # WHAT: echo\ninput_schema:\n  type: object\n  properties:\n    country# :";
+    let d = first("EMPTY_PROP", text, "bad_input_schema");
+    assert_eq!(d.line, 10, "{d:?}");
 }

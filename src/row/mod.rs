@@ -186,7 +186,7 @@ struct Located {
     items: BTreeMap<String, Vec<(usize, usize)>>,
     /// 1-based file line of the first line of `content`'s text.
     content_line: usize,
-    /// The file's last line (1-based), the furthest a diagnostic may point.
+    /// The file's last line (1-based), the furthest a diagnostic may point; 0 without a text.
     last_line: usize,
 }
 
@@ -222,14 +222,27 @@ impl Spans {
             .get_or_init(|| self.text().map(locate).unwrap_or_default())
     }
 
+    /// `pos`, on the file's last line when it is past it: YAML places an empty value (a
+    /// content of docstring alone, a property without a schema) where the next line would
+    /// start, and the file may end there. Every position a diagnostic gets passes here (a
+    /// text that could not be read has no last line: 0, and nothing is moved).
+    fn within(&self, (line, col): (usize, usize)) -> (usize, usize) {
+        match self.located().last_line {
+            0 => (line, col),
+            last => (line.min(last), col),
+        }
+    }
+
     /// Position of a field's value, else its key, else the top of the file.
     pub fn value(&self, field: &str) -> (usize, usize) {
         let l = self.located();
-        l.values
-            .get(field)
-            .or_else(|| l.keys.get(field))
-            .copied()
-            .unwrap_or((1, 1))
+        self.within(
+            l.values
+                .get(field)
+                .or_else(|| l.keys.get(field))
+                .copied()
+                .unwrap_or((1, 1)),
+        )
     }
 
     /// Position of item `i` of a list field, else the field's value.
@@ -238,12 +251,12 @@ impl Spans {
             .items
             .get(field)
             .and_then(|v| v.get(i))
-            .copied()
+            .map(|&p| self.within(p))
             .unwrap_or_else(|| self.value(field))
     }
 
     pub fn key(&self, field: &str) -> (usize, usize) {
-        self.located().keys.get(field).copied().unwrap_or((1, 1))
+        self.within(self.located().keys.get(field).copied().unwrap_or((1, 1)))
     }
 
     /// Position of the node at a JSON pointer inside a field (`input_schema`,
@@ -251,6 +264,7 @@ impl Spans {
     pub fn at_pointer(&self, field: &str, pointer: &str) -> (usize, usize) {
         self.text()
             .and_then(|t| locate_path(t, field, pointer))
+            .map(|p| self.within(p))
             .unwrap_or_else(|| self.value(field))
     }
 
@@ -259,12 +273,11 @@ impl Spans {
         self.located().content_line
     }
 
-    /// File line of line `n` (0-based) of `content`; a line past the file's end (where an
-    /// empty payload would start, after the docstring's last line) is the file's last line.
+    /// File line of line `n` (0-based) of `content`.
     pub fn content_at(&self, n: usize) -> (usize, usize) {
         match self.content_line() {
             0 => self.value("content"),
-            line => ((line + n).min(self.located().last_line), 3),
+            line => self.within((line + n, 3)),
         }
     }
 }
