@@ -105,3 +105,41 @@ fn a_schema_ending_in_an_empty_property_is_named_inside_the_file() {
     let d = first("EMPTY_PROP", text, "bad_input_schema");
     assert_eq!(d.line, 10, "{d:?}");
 }
+
+/// A file whose lines end in a lone CR (as classic Mac editors save them) has as many lines
+/// for the gate as for YAML: a credential, a scaffold's placeholder and a byte that is not
+/// UTF-8 are each named at their own line, not at line 1 of a file that seems to have one.
+#[test]
+fn lines_ending_in_a_lone_cr_are_counted_as_yaml_counts_them() {
+    let row = |fourth: &str| {
+        [
+            "key: CR_LINES",
+            "type: fn",
+            "target: echo",
+            fourth,
+            "content: |",
+            "  # WHAT: echo",
+        ]
+        .join("\r")
+    };
+    let secret = row("category: sk-abcdefghijklmnopqrstuvwx1234");
+    let d = first("CR_LINES", &secret, "secret_value");
+    assert_eq!((d.line, d.col), (4, 11), "{d:?}");
+    let placeholder = row("category: TODO(capdir)");
+    let d = first("CR_LINES", &placeholder, "scaffold_placeholder");
+    assert_eq!((d.line, d.col), (4, 11), "{d:?}");
+    let mut bytes = row("category: text").into_bytes();
+    let at = bytes.len() - 2;
+    bytes[at] = 0xff;
+    let checked = check_files(&[SourceFile {
+        path: "CR_LINES.yaml".into(),
+        bytes,
+    }]);
+    let d = checked.diags.iter().find(|d| d.code == "not_utf8");
+    assert_eq!(
+        d.map(|d| (d.line, d.col)),
+        Some((6, 13)),
+        "{:?}",
+        checked.diags
+    );
+}

@@ -92,7 +92,7 @@ pub fn read_bindings(file: Option<&SourceFile>) -> (Bindings, Vec<Diagnostic>) {
     };
     let text = String::from_utf8_lossy(&file.bytes);
     let line_of = |env: &str| {
-        text.lines()
+        crate::row::yaml_lines(&text)
             .position(|l| l.trim_start().starts_with(&format!("{env}:")))
             .map_or(1, |i| i + 1)
     };
@@ -262,7 +262,7 @@ fn check_secrets(path: &Path, text: &str) -> Vec<Diagnostic> {
 
 fn check_placeholders(path: &Path, text: &str) -> Vec<Diagnostic> {
     let marker = crate::check::scaffold::PLACEHOLDER;
-    text.lines()
+    crate::row::yaml_lines(text)
         .enumerate()
         .filter_map(|(i, line)| {
             line.find(marker).map(|c| {

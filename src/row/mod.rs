@@ -469,7 +469,7 @@ pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
                 .unwrap_or((1, 1));
             // An error found at the end of the text (an unclosed quote or bracket runs on to
             // the end) is about the last line written, not the empty one after it.
-            let pos = if pos.0 > text.lines().count() {
+            let pos = if pos.0 > yaml_lines(text).count() {
                 last_written(text).unwrap_or(pos)
             } else {
                 pos
@@ -740,28 +740,55 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
+/// Whether the byte at `i` ends a line as YAML reads it: a `\n`, or a `\r` that no `\n`
+/// follows (a `\r\n` ends at its `\n`).
+fn breaks_at(bytes: &[u8], i: usize) -> bool {
+    match bytes[i] {
+        b'\n' => true,
+        b'\r' => bytes.get(i + 1) != Some(&b'\n'),
+        _ => false,
+    }
+}
+
 /// The line breaks of `bytes` as YAML counts them (and so the line numbers of its parser):
 /// `\n`, `\r\n` and a lone `\r` each end a line. A file of N breaks has at most N + 1 lines.
 pub fn line_breaks(bytes: &[u8]) -> usize {
-    bytes
-        .iter()
-        .enumerate()
-        .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && bytes.get(i + 1) != Some(&b'\n')))
-        .count()
+    (0..bytes.len()).filter(|&i| breaks_at(bytes, i)).count()
 }
 
-/// 1-based line and column of a byte offset.
+/// 1-based line and column of a byte offset, lines counted as YAML counts them.
 pub fn line_col(bytes: &[u8], offset: usize) -> (usize, usize) {
-    let before = &bytes[..offset.min(bytes.len())];
-    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
-    let col = before.iter().rev().take_while(|b| **b != b'\n').count() + 1;
-    (line, col)
+    let end = offset.min(bytes.len());
+    let (mut line, mut start) = (1, 0);
+    for i in (0..end).filter(|&i| breaks_at(bytes, i)) {
+        line += 1;
+        start = i + 1;
+    }
+    (line, end - start + 1)
+}
+
+/// The lines of a file as YAML counts them, without their breaks: `str::lines` where a lone
+/// `\r` ends a line too, so the n-th line is the one YAML's parsers call line n.
+pub fn yaml_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (line, after) = match rest.find(['\n', '\r']) {
+            Some(i) if rest[i..].starts_with("\r\n") => (&rest[..i], &rest[i + 2..]),
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        rest = after;
+        Some(line)
+    })
 }
 
 /// Positions of the top-level fields, from marked-yaml; a line scan when it cannot parse.
 /// Line and column of the first character of the last line that has any.
 fn last_written(text: &str) -> Option<(usize, usize)> {
-    text.lines()
+    yaml_lines(text)
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .last()
@@ -825,7 +852,7 @@ fn locate(text: &str) -> Located {
             }
         }
         Err(_) => {
-            for (i, line) in text.lines().enumerate() {
+            for (i, line) in yaml_lines(text).enumerate() {
                 if let Some((name, _)) = line.split_once(':')
                     && !name.is_empty()
                     && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -836,8 +863,7 @@ fn locate(text: &str) -> Located {
         }
     }
     if let Some(&(line, _)) = spans.keys.get("content") {
-        let after = text
-            .lines()
+        let after = yaml_lines(text)
             .nth(line - 1)
             .and_then(|l| l.split_once(':'))
             .map(|(_, rest)| rest.trim_start())
@@ -865,6 +891,19 @@ mod tests {
         assert_eq!(line_breaks(b"a"), 0);
         assert_eq!(line_breaks(b"a\nb\n"), 2);
         assert_eq!(line_breaks(b"a\r\nb\rc\n\r"), 4);
+        // Lines and positions by the same rule; without a lone `\r`, as `str::lines` has them.
+        let text = "a\r\nb\rc\n\rd";
+        assert_eq!(
+            yaml_lines(text).collect::<Vec<_>>(),
+            ["a", "b", "c", "", "d"]
+        );
+        assert_eq!(line_col(text.as_bytes(), text.len() - 1), (5, 1));
+        assert_eq!(line_col(text.as_bytes(), 1), (1, 2));
+        assert_eq!(line_col(text.as_bytes(), 3), (2, 1));
+        for text in ["", "a", "a\n", "a\n\nb", "a\r\nb\r\n", "\n\n"] {
+            let lines: Vec<_> = text.lines().collect();
+            assert_eq!(yaml_lines(text).collect::<Vec<_>>(), lines, "{text:?}");
+        }
         // marked-yaml puts `b:` on line 3 of a file whose first two lines end in a lone `\r`.
         let spans = Spans::of("a: 1\r\rb: 2\r");
         assert_eq!(spans.key("b"), (3, 1));
