@@ -6,19 +6,23 @@
 #   bench/dispatch.sh [SECONDS_PER_ROUND] [ROUNDS] [FLOOR]   (default 5 s, 5 rounds; needs wrk)
 # The table is printed either way; the exit status is 1 when a call failed, when the chain does
 # not verify, or when the median ratio is under FLOOR percent (.ci/run bench sets one).
+#   LEDGER_DIR=DIR   where the receipt ledger's SQLite file lives (default: a scratch directory
+#                    on this disk); LEDGER_DIR=/dev/shm times the same ledger without the disk's
+#                    writes and fsyncs, to tell what the device costs from what the code does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v wrk >/dev/null || { echo "needs wrk"; exit 1; }
 secs="${1:-5}" rounds="${2:-5}" floor="${3:-0}"
 cargo build --release --quiet --bin capdir --example bare_axum
 work="$(mktemp -d)"
+ledger="$(mktemp -d -p "${LEDGER_DIR:-$work}")"
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work" "$ledger"' EXIT
 export CAPDIR_OWNER_KEY=bench-owner RUST_LOG=warn
 
 target/release/examples/bare_axum 127.0.0.1:18081 & pids+=($!)
 target/release/capdir serve --site "$work/site" --addr 127.0.0.1:18082 \
-  --ledger "sqlite:$work/ledger.sqlite" --data "$work/data" 2>"$work/serve.log" & pids+=($!)
+  --ledger "sqlite:$ledger/ledger.sqlite" --data "$work/data" 2>"$work/serve.log" & pids+=($!)
 for port in 18081 18082; do
   for _ in $(seq 100); do
     curl -s -o /dev/null -XPOST -H 'content-type: application/json' \
@@ -46,7 +50,7 @@ echo "median ratio: $median% of the bare handler (target: at least 60%; floor: $
 metrics=$(curl -s -H "x-owner-key: $CAPDIR_OWNER_KEY" http://127.0.0.1:18082/metrics)
 commits=$(awk '/^capdir_ledger_commit_seconds_count/ {print $2}' <<<"$metrics")
 commit_s=$(awk '/^capdir_ledger_commit_seconds_sum/ {print $2}' <<<"$metrics")
-verdict=$(target/release/capdir ledger verify --ledger "sqlite:$work/ledger.sqlite") && verified=1 || verified=0
+verdict=$(target/release/capdir ledger verify --ledger "sqlite:$ledger/ledger.sqlite") && verified=1 || verified=0
 echo "capdir requests: $total; ledger: $verdict"
 python3 -c "print(f'ledger: {$commits} commits, {$total / max($commits, 1):.1f} receipts per commit, {$commit_s / max($commits, 1) * 1000:.2f} ms per commit (fsync included)')"
 failed=0
