@@ -23,15 +23,8 @@ export CAPDIR_OWNER_KEY=bench-owner RUST_LOG=warn
 target/release/examples/bare_axum 127.0.0.1:18081 & pids+=($!)
 target/release/capdir serve --site "$work/site" --addr 127.0.0.1:18082 \
   --ledger "sqlite:$ledger/ledger.sqlite" --data "$work/data" 2>"$work/serve.log" & pids+=($!)
-for port in 18081 18082; do
-  for _ in $(seq 100); do
-    curl -s -o /dev/null -XPOST -H 'content-type: application/json' \
-      "http://127.0.0.1:$port/api/dispatch" -d '{}' && break
-    sleep 0.1
-  done
-done
-
 source bench/wrk_load.sh
+ready 18081 18082
 
 echo "| round | bare req/s | bare p50 ms | bare p99 ms | bare CPU µs/req | capdir req/s | capdir p50 ms | capdir p99 ms | capdir errors | capdir CPU µs/req | ratio |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"

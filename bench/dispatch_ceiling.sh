@@ -11,8 +11,9 @@
 # No-op and inline keep nothing: they are experiments, never a dispatcher to run. They bound
 # from above what any durable ledger can reach, since storing a receipt adds to them.
 #   bench/dispatch_ceiling.sh [SECONDS_PER_ROUND] [ROUNDS]   (default 5 s, 5 rounds; needs wrk)
-#   CEILING_TARGET=DIR   the patched build's target directory (default target/ceiling; its
-#                        first build is a cold release build, some 8 min on 2 cores)
+#   CEILING_TARGET=DIR   the patched build's target directory (default target/ceiling): its
+#                        first build is a cold release build (some 8 min on 2 cores), each
+#                        later one builds capdir alone (2 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v wrk >/dev/null || { echo "needs wrk"; exit 1; }
@@ -20,19 +21,23 @@ secs="${1:-5}" rounds="${2:-5}"
 cargo build --release --quiet --bin capdir --example bare_axum
 here="$PWD"
 work="$(mktemp -d)" shm="$(mktemp -d -p /dev/shm)"
-tree="$work/tree"
 pids=()
+tree=""
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  git -C "$here" worktree remove --force "$tree" 2>/dev/null || true
+  [[ -z "$tree" ]] || git -C "$here" worktree remove --force "$tree" 2>/dev/null || true
   rm -rf "$work" "$shm"
 }
 trap cleanup EXIT
 
-# The patched build, from a worktree of HEAD, so this checkout is never touched.
+# The patched build, from a worktree of HEAD, so this checkout is never touched; at the same
+# path each run, so the target directory's build of it is reused.
+target="$(realpath -m "${CEILING_TARGET:-target/ceiling}")"
+tree="$target/tree"
+mkdir -p "$target"
+git worktree remove --force "$tree" 2>/dev/null || rm -rf "$tree"
 git worktree add --quiet --detach "$tree" HEAD
 git -C "$tree" apply "$here/bench/ceiling/ledger.patch"
-target="$(realpath -m "${CEILING_TARGET:-target/ceiling}")"
 CARGO_TARGET_DIR="$target" cargo build --release --quiet --locked \
   --manifest-path "$tree/Cargo.toml" --bin capdir
 cp "$target/release/capdir" "$work/capdir-ceiling"
@@ -48,15 +53,9 @@ serve target/release/capdir 18092 "$work/disk"
 serve target/release/capdir 18093 "$shm/tmpfs"
 serve "$work/capdir-ceiling" 18094 "$shm/noop" noop
 serve "$work/capdir-ceiling" 18095 "$shm/inline" inline
-for port in 18091 18092 18093 18094 18095; do
-  for _ in $(seq 100); do
-    curl -s -o /dev/null -XPOST -H 'content-type: application/json' \
-      "http://127.0.0.1:$port/api/dispatch" -d '{}' && break
-    sleep 0.1
-  done
-done
-
 source bench/wrk_load.sh
+ready 18091 18092 18093 18094 18095
+
 names=(disk tmpfs no-op inline)
 declare -A ratios
 echo "Each cell: % of the bare handler's requests/s (server CPU µs per request, p99 ms, errors)."

@@ -15,3 +15,16 @@ load() {
   after=$(ticks "$pid")
   echo "$rps $p50 $p99 $err $n $(( (after - before) * 1000000 / hz / (n > 0 ? n : 1) ))"
 }
+
+# Wait until each PORT answers a POST to /api/dispatch (with any status: the bare handler and
+# the dispatcher both do), at most 10 s each.
+ready() {
+  local port
+  for port in "$@"; do
+    for _ in $(seq 100); do
+      curl -s -o /dev/null -XPOST -H 'content-type: application/json' \
+        "http://127.0.0.1:$port/api/dispatch" -d '{}' && break
+      sleep 0.1
+    done
+  done
+}
