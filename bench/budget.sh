@@ -33,6 +33,7 @@ for _ in $(seq 100); do
 done
 
 source bench/wrk_load.sh
+source bench/median.sh
 
 echo "| round | no limits req/s | p99 ms | CPU µs/req | with limits req/s | p99 ms | errors | CPU µs/req | ratio |"
 echo "|---|---|---|---|---|---|---|---|---|"
@@ -44,7 +45,7 @@ for r in $(seq "$rounds"); do
   ratios+=("$ratio")
   echo "| $r | $prps | $pp99 | $pcpu | $lrps | $lp99 | $lerr | $lcpu | $ratio% |"
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}')
+median=$(printf '%s\n' "${ratios[@]}" | median)
 echo
 echo "median: with limits at $median% of the throughput without (target: at least 95%)"
 refused=$(curl -s -H "x-owner-key: $CAPDIR_OWNER_KEY" "$base/metrics" | awk '/^capdir_invocations_total.*REFUSED/ {s += $2} END {print s + 0}')

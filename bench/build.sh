@@ -37,7 +37,7 @@ cleanup=()
 trap 'for d in "${cleanup[@]}"; do rm -rf "$d"; done' EXIT
 
 peak() { /usr/bin/time -f "%e %M" "$@" 2>&1 >/dev/null | tail -1; }   # seconds, peak KiB
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+source bench/median.sh
 
 for n in "${sizes[@]}"; do
   dir="$OUT/$n"

@@ -24,6 +24,7 @@ target/release/examples/bare_axum 127.0.0.1:18081 & pids+=($!)
 target/release/capdir serve --site "$work/site" --addr 127.0.0.1:18082 \
   --ledger "sqlite:$ledger/ledger.sqlite" --data "$work/data" 2>"$work/serve.log" & pids+=($!)
 source bench/wrk_load.sh
+source bench/median.sh
 ready 18081 18082
 
 echo "| round | bare req/s | bare p50 ms | bare p99 ms | bare CPU µs/req | capdir req/s | capdir p50 ms | capdir p99 ms | capdir errors | capdir CPU µs/req | ratio |"
@@ -37,7 +38,7 @@ for r in $(seq "$rounds"); do
   ratios+=("$ratio")
   echo "| $r | $brps | $bp50 | $bp99 | $bcpu | $crps | $cp50 | $cp99 | $cerr | $ccpu | $ratio% |"
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}')
+median=$(printf '%s\n' "${ratios[@]}" | median)
 echo
 echo "median ratio: $median% of the bare handler (target: at least 60%; floor: $floor%)"
 metrics=$(curl -s -H "x-owner-key: $CAPDIR_OWNER_KEY" http://127.0.0.1:18082/metrics)

@@ -40,7 +40,7 @@ git worktree add --quiet --detach "$tree" HEAD
 git -C "$tree" apply "$here/bench/ceiling/ledger.patch"
 CARGO_TARGET_DIR="$target" cargo build --release --quiet --locked \
   --manifest-path "$tree/Cargo.toml" --bin capdir
-cp "$target/release/capdir" "$work/capdir-ceiling"
+ceiling="$target/release/capdir"
 
 export CAPDIR_OWNER_KEY=bench-owner RUST_LOG=warn
 serve() { # BINARY PORT LEDGER_DIR [CEILING]
@@ -51,9 +51,10 @@ serve() { # BINARY PORT LEDGER_DIR [CEILING]
 target/release/examples/bare_axum 127.0.0.1:18091 & pids+=($!)
 serve target/release/capdir 18092 "$work/disk"
 serve target/release/capdir 18093 "$shm/tmpfs"
-serve "$work/capdir-ceiling" 18094 "$shm/noop" noop
-serve "$work/capdir-ceiling" 18095 "$shm/inline" inline
+serve "$ceiling" 18094 "$shm/noop" noop
+serve "$ceiling" 18095 "$shm/inline" inline
 source bench/wrk_load.sh
+source bench/median.sh
 ready 18091 18092 18093 18094 18095
 
 names=(disk tmpfs no-op inline)
@@ -75,7 +76,5 @@ for r in $(seq "$rounds"); do
 done
 echo
 for i in 0 1 2 3; do
-  median=$(tr ' ' '\n' <<<"${ratios[$i]}" | grep . | sort -n |
-    awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}')
-  echo "median, ${names[$i]}: $median% of the bare handler"
+  echo "median, ${names[$i]}: $(tr ' ' '\n' <<<"${ratios[$i]}" | grep . | median)% of the bare handler"
 done

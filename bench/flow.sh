@@ -22,6 +22,7 @@ for _ in $(seq 200); do
 done
 
 source bench/wrk_load.sh
+source bench/median.sh
 
 echo "| round | fn req/s | fn p50 ms | fn p99 ms | fn errors | flow req/s | flow p50 ms | flow p99 ms | flow errors | flow receipts/s | ratio |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -34,7 +35,7 @@ for r in $(seq "$rounds"); do
   ratios+=("$ratio")
   echo "| $r | $frps | $fp50 | $fp99 | $ferr | $wrps | $wp50 | $wp99 | $werr | $(python3 -c "print(f'{$wrps * 4:.0f}')") | $ratio% |"
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}')
+median=$(printf '%s\n' "${ratios[@]}" | median)
 echo
 echo "median: a three-step flow runs at $median% of a single fn call's throughput (target: at least 50%)"
 echo "ledger: $(target/release/capdir ledger verify --ledger "sqlite:$work/ledger.sqlite")"

@@ -25,7 +25,7 @@ if [ -z "$full" ]; then
   done
 fi
 file=$(find "$dir/catalogue" -name '*.yaml' -print -quit)
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+source bench/median.sh
 step() { grep -oP "^  $1 +\K[0-9.]+" "$2"; }
 declare -A took cpu
 if [ -n "$full" ]; then

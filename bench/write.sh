@@ -51,7 +51,7 @@ cd "$work/repo"
 commits=$(git rev-list --count HEAD)
 site="$work/site"
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+source bench/median.sh
 seconds() { /usr/bin/time -f "%e" "$@" 2>&1 >/dev/null | tail -1; }
 
 echo "building the site from nothing ($ROWS rows, $commits commits, $PROFILE)…" >&2

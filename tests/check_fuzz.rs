@@ -75,12 +75,14 @@ proptest! {
 }
 
 /// The gate's first diagnostic of `code` on the one file `KEY.yaml` holding `text`.
-fn first(key: &str, text: &str, code: &str) -> capdir::row::diag::Diagnostic {
+fn first(key: &str, text: impl AsRef<[u8]>, code: &str) -> capdir::row::diag::Diagnostic {
+    let bytes = text.as_ref();
     let checked = check_files(&[SourceFile {
         path: format!("{key}.yaml").into(),
-        bytes: text.as_bytes().to_vec(),
+        bytes: bytes.to_vec(),
     }]);
     let found = checked.diags.iter().find(|d| d.code == code).cloned();
+    let text = String::from_utf8_lossy(bytes);
     found.unwrap_or_else(|| panic!("no {code} for {text:?}: {:?}", checked.diags))
 }
 
@@ -131,15 +133,6 @@ fn lines_ending_in_a_lone_cr_are_counted_as_yaml_counts_them() {
     let mut bytes = row("category: text").into_bytes();
     let at = bytes.len() - 2;
     bytes[at] = 0xff;
-    let checked = check_files(&[SourceFile {
-        path: "CR_LINES.yaml".into(),
-        bytes,
-    }]);
-    let d = checked.diags.iter().find(|d| d.code == "not_utf8");
-    assert_eq!(
-        d.map(|d| (d.line, d.col)),
-        Some((6, 13)),
-        "{:?}",
-        checked.diags
-    );
+    let d = first("CR_LINES", bytes, "not_utf8");
+    assert_eq!((d.line, d.col), (6, 13), "{d:?}");
 }

@@ -92,8 +92,9 @@ pub fn read_bindings(file: Option<&SourceFile>) -> (Bindings, Vec<Diagnostic>) {
     };
     let text = String::from_utf8_lossy(&file.bytes);
     let line_of = |env: &str| {
+        let key = format!("{env}:");
         crate::row::yaml_lines(&text)
-            .position(|l| l.trim_start().starts_with(&format!("{env}:")))
+            .position(|l| l.trim_start().starts_with(&key))
             .map_or(1, |i| i + 1)
     };
     let diags = bindings
