@@ -48,6 +48,7 @@ mod server;
 mod server_crash;
 mod signed_builds;
 mod static_files;
+mod templates;
 mod tokens;
 mod url_agent;
 mod watcher;

@@ -56,15 +56,12 @@ pub struct Argument {
     pub description: String,
 }
 
-impl Argument {
-    /// The description as a list of arguments shows it: its first 160 graphemes, and `…`
-    /// where it is cut.
-    pub fn brief(&self) -> std::borrow::Cow<'_, str> {
-        use unicode_segmentation::UnicodeSegmentation as _;
-        match self.description.grapheme_indices(true).nth(160) {
-            Some((at, _)) => format!("{}…", &self.description[..at]).into(),
-            None => self.description.as_str().into(),
-        }
+/// An argument's description as a list shows it: its first 160 graphemes, and `…` where it is cut.
+pub fn brief(text: &str) -> std::borrow::Cow<'_, str> {
+    use unicode_segmentation::UnicodeSegmentation as _;
+    match text.grapheme_indices(true).nth(160) {
+        Some((at, _)) => format!("{}…", &text[..at]).into(),
+        None => text.into(),
     }
 }
 

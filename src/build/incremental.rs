@@ -26,6 +26,7 @@
 use crate::build::checked::Clean;
 use crate::build::contract::{Contract, Tombstone};
 use crate::build::history::{self, History};
+use crate::build::pages::Templates;
 use crate::build::site::{self, Common, Listing, SiteMeta};
 use crate::build::snapshot::{self, BuildInfo, Counts};
 use crate::build::{BuildError, HISTORY_CACHE, Options, git, manifest, parts, tombstones};
@@ -59,11 +60,15 @@ pub struct Made {
     pub site_url: Option<String>,
     /// The repository's web address as resolved (given, or from the `origin` remote).
     pub repo_url: Option<String>,
+    /// The digest of the templates and static files, when the catalogue overrides any of
+    /// capdir's: a changed template rewrites every page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub templates: Option<String>,
 }
 
 impl Made {
-    /// How `opts` make a site.
-    pub fn of(opts: &Options) -> Made {
+    /// How `opts` make a site with `templates`.
+    pub fn of(opts: &Options, templates: &Templates) -> Made {
         let repo_url = match &opts.repo_url {
             Some(u) if !u.trim().is_empty() => Some(u.trim().trim_end_matches('/').to_string()),
             Some(_) => None,
@@ -74,6 +79,7 @@ impl Made {
             dispatcher_url: opts.dispatcher_url.clone(),
             site_url: opts.site_url.clone(),
             repo_url,
+            templates: (!templates.is_builtin()).then(|| templates.digest()),
         }
     }
 
@@ -175,6 +181,8 @@ pub struct Built {
     out: PathBuf,
     urls: Urls,
     repo_url: Option<String>,
+    /// What the pages are rendered with.
+    templates: Arc<Templates>,
     /// Every row of the catalogue the site was built from, by key.
     rows: BTreeMap<String, Arc<Row>>,
     /// The catalogue's history up to the commit the site was built from (and, for changes
@@ -217,7 +225,8 @@ impl Built {
     /// work tree and the history of `opts.catalogue` (checked whole first, as a build does).
     pub fn open(opts: &Options) -> Result<Opened, BuildError> {
         let out = &opts.out;
-        let made = Made::of(opts);
+        let templates = super::read_templates(opts)?;
+        let made = Made::of(opts, &templates);
         match Made::read(out) {
             Some(m) if m == made => {}
             Some(_) => {
@@ -415,6 +424,7 @@ impl Built {
             out: out.clone(),
             urls,
             repo_url: made.repo_url,
+            templates: Arc::new(templates),
             rows,
             history,
             prints: extras.prints,
@@ -561,6 +571,7 @@ impl Built {
             build: &self.info,
             repo_url: self.repo_url.clone(),
             dispatcher: self.urls.dispatcher.clone(),
+            templates: &self.templates,
         };
         // The site's bindings are the catalogue's: `open` builds in full when they differ.
         let bindings = super::site_bindings(&self.out);
@@ -779,6 +790,7 @@ impl Built {
             info: self.info.clone(),
             urls: self.urls.clone(),
             repo_url: self.repo_url.clone(),
+            templates: self.templates.clone(),
             touched: std::mem::take(&mut self.touched),
             stale: std::mem::take(&mut self.stale),
         }
@@ -880,6 +892,7 @@ pub struct Pages {
     info: BuildInfo,
     urls: Urls,
     repo_url: Option<String>,
+    templates: Arc<Templates>,
     touched: BTreeSet<String>,
     stale: Stale,
 }
@@ -963,6 +976,7 @@ impl Pages {
             build: &self.info,
             repo_url: self.repo_url.clone(),
             dispatcher: self.urls.dispatcher.clone(),
+            templates: &self.templates,
         };
         let rows: Vec<&Row> = self.rows.iter().map(|r| &**r).collect();
         let mut categories: Vec<String> = rows

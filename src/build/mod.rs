@@ -62,6 +62,9 @@ pub struct Options {
     pub progress: bool,
     /// Stop with an error after this step: how tests prove a failed build changes nothing.
     pub fail_after: Option<String>,
+    /// The folder of templates over capdir's own; `None`: the catalogue's `templates/`
+    /// folder beside it, when there is one.
+    pub templates: Option<PathBuf>,
 }
 
 impl Options {
@@ -74,6 +77,7 @@ impl Options {
             repo_url: None,
             progress: false,
             fail_after: None,
+            templates: None,
         }
     }
 }
@@ -134,6 +138,17 @@ impl Steps {
         }
         Ok(())
     }
+}
+
+/// The templates a build of `opts` renders with, through their gate: a template that does
+/// not parse or names a field the page lacks stops the build as a row's error does.
+pub(crate) fn read_templates(opts: &Options) -> Result<pages::Templates, BuildError> {
+    pages::Templates::for_catalogue(&opts.catalogue, opts.templates.as_deref()).map_err(|e| {
+        match e.downcast::<pages::TemplateErrors>() {
+            Ok(refused) => BuildError::Check(refused.to_string()),
+            Err(e) => BuildError::Other(e),
+        }
+    })
 }
 
 /// The catalogue's files, read and through the gate (an error lists every problem), with the
@@ -357,6 +372,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         })
     };
     let (checked, clean) = read_checked(&opts.catalogue)?;
+    let templates = read_templates(opts)?;
     let warnings: Vec<&Diagnostic> = checked.diags.iter().filter(|d| !d.is_error()).collect();
     steps.report.warnings.extend(
         warnings
@@ -382,7 +398,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         counts: counts.clone(),
     };
     let head_info = info.clone();
-    let made = incremental::Made::of(opts);
+    let made = incremental::Made::of(opts, &templates);
     let (urls, repo_url) = (made.urls(), made.repo_url.clone());
     // Contract fingerprints over the enabled rows, as a dispatcher computes them.
     let prints = crate::row::call::fingerprints(&enabled);
@@ -401,6 +417,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 build: &head_info,
                 repo_url: repo_url.clone(),
                 dispatcher: urls.dispatcher.clone(),
+                templates: &templates,
             };
             let enabled: Vec<&Row> = enabled.iter().collect();
             let layouts = site::write_projections(
@@ -458,6 +475,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             build: &info,
             repo_url: repo_url.clone(),
             dispatcher: urls.dispatcher.clone(),
+            templates: &templates,
         };
         // The snapshot runs on a thread of its own alongside the pages, filling the core the
         // pages leave idle while one thread writes the index pages.

@@ -1,26 +1,22 @@
 //! The static site: contracts in three formats, index and category pages, search in the
 //! browser, tombstones, and the machine projections (registry, counts, MCP tools, llms.txt,
-//! sitemap). Everything is rendered from the build's rows with the askama templates compiled
-//! into the binary ([`pages`]), so it needs no files beside it, and the site needs no server.
+//! sitemap). Everything is rendered from the build's rows with the build's [`Templates`]
+//! (capdir's own, each overridable by the catalogue's `templates/` folder), and the site
+//! needs no server.
 
 use crate::build::contract::{Contract, Tombstone};
-use crate::build::pages::{self, Frame, Links};
+use crate::build::pages::{self, Frame, Links, Templates};
 use crate::build::snapshot::{BuildInfo, Counts};
 use crate::build::{parts, projection};
 use crate::row::Row;
 use crate::row::binding::Bindings;
 use crate::row::urls::Urls;
 use anyhow::{Context as _, Result};
-use askama::Template as _;
 use pulldown_cmark::{Event, Options, Parser, html};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
-
-const STYLE: &str = include_str!("../../templates/static/style.css");
-const SEARCH_JS: &str = include_str!("../../templates/static/search.js");
-const ROW_JS: &str = include_str!("../../templates/static/row.js");
 
 /// Markdown to HTML. Raw HTML in the source is shown as text, never passed through: row
 /// text comes from contributors and must not inject markup into the site.
@@ -54,6 +50,8 @@ pub struct Common<'a> {
     pub repo_url: Option<String>,
     /// The dispatcher's public address; none when the catalogue has no public dispatcher.
     pub dispatcher: Option<String>,
+    /// What the pages are rendered with.
+    pub templates: &'a Templates,
 }
 
 #[derive(Clone)]
@@ -101,6 +99,7 @@ pub fn example_call(c: &Contract) -> String {
 /// Renders contracts one after another, in the frame every row's page shares.
 struct Renderer<'f> {
     frame: &'f Frame<'f>,
+    templates: &'f Templates,
     /// Where a page's form sends a call: the public dispatcher, or the site's own.
     api: String,
     /// Troubleshooting and credential lines as HTML: the same few lines recur on every row
@@ -142,13 +141,14 @@ fn link_contract(old: &Path, dir: &Path, key: &str) -> bool {
 }
 
 impl<'f> Renderer<'f> {
-    fn new(frame: &'f Frame<'f>) -> Renderer<'f> {
+    fn new(frame: &'f Frame<'f>, templates: &'f Templates) -> Renderer<'f> {
         let api = match frame.dispatcher {
             "" => frame.root.to_string(),
             d => format!("{d}/"),
         };
         Renderer {
             frame,
+            templates,
             api,
             inline: HashMap::new(),
         }
@@ -172,7 +172,9 @@ impl<'f> Renderer<'f> {
             None => String::new(),
         };
         let u = Links::of(c);
-        let md = pages::ContractMarkdown { c, u }.render()?;
+        let md = self
+            .templates
+            .render("contract.md", &pages::ContractMarkdown { c, u })?;
         let page = pages::RowPage {
             f: self.frame,
             c,
@@ -182,9 +184,8 @@ impl<'f> Renderer<'f> {
             api: &self.api,
             troubleshooting_html,
             may_invoke_html: may_invoke.join("; "),
-        }
-        .render()?;
-        Ok((md, page))
+        };
+        Ok((md, self.templates.render("row.html", &page)?))
     }
 }
 
@@ -225,7 +226,7 @@ pub fn write_contracts(
             .and(previous)
             .map(read_page_inputs)
             .unwrap_or_default(),
-        shared: inputs_digest(&frame)?,
+        shared: inputs_digest(&frame, common.templates)?,
         dir,
         old_dir,
         progress,
@@ -241,7 +242,7 @@ pub fn write_contracts(
             .map(|_| {
                 let (writer, take, frame) = (&writer, &take, &frame);
                 s.spawn(move || -> Result<(Written, Vec<(String, String)>)> {
-                    let mut renderer = Renderer::new(frame);
+                    let mut renderer = Renderer::new(frame, common.templates);
                     let (mut done, mut inputs) = (Written::default(), Vec::new());
                     while let Some(batch) = take() {
                         for c in *batch {
@@ -280,11 +281,11 @@ pub fn replace_contract(out: &Path, common: &Common, c: &Contract) -> Result<Str
     let frame = Frame::contract(common);
     let json = serde_json::to_string_pretty(c)? + "\n";
     let digest = hex::encode(
-        inputs_digest(&frame)?
+        inputs_digest(&frame, common.templates)?
             .chain_update(json.as_bytes())
             .finalize(),
     );
-    let mut renderer = Renderer::new(&frame);
+    let mut renderer = Renderer::new(&frame, common.templates);
     let (md, html) = renderer
         .contract(c)
         .with_context(|| format!("rendering the contract of {}", c.key))?;
@@ -322,13 +323,10 @@ pub fn append_page_inputs(out: &Path, rows: &[(String, Option<String>)]) -> Resu
 
 /// The digest of what every contract's pages are made from besides the contract: capdir's
 /// version, the templates, and the frame they share.
-fn inputs_digest(frame: &Frame) -> Result<Sha256> {
+fn inputs_digest(frame: &Frame, templates: &Templates) -> Result<Sha256> {
     let mut shared = Sha256::new();
     shared.update(env!("CARGO_PKG_VERSION"));
-    for (name, text) in pages::TEMPLATES {
-        shared.update(format!("\0{name}\0{}\0", text.len()));
-        shared.update(text);
-    }
+    shared.update(templates.digest());
     shared.update(serde_json::to_vec(frame)?);
     Ok(shared)
 }
@@ -394,7 +392,9 @@ fn write_or_link(path: &Path, bytes: &[u8], old: Option<&Path>) -> Result<bool> 
 
 /// Write a tombstone's three files.
 pub fn write_tombstone(out: &Path, common: &Common, t: &Tombstone) -> Result<()> {
-    let md = pages::TombstoneMarkdown { t }.render()?;
+    let md = common
+        .templates
+        .render("tombstone.md", &pages::TombstoneMarkdown { t })?;
     let page = pages::TombstonePage {
         f: Frame::contract(common),
         t,
@@ -403,8 +403,8 @@ pub fn write_tombstone(out: &Path, common: &Common, t: &Tombstone) -> Result<()>
             .iter()
             .find(|h| h.sha == t.removed_by)
             .and_then(|h| h.url.as_deref()),
-    }
-    .render()?;
+    };
+    let page = common.templates.render("tombstone.html", &page)?;
     let dir = out.join("k");
     std::fs::create_dir_all(&dir)?;
     let mut json = serde_json::to_value(t)?;
@@ -419,7 +419,7 @@ pub fn write_tombstone(out: &Path, common: &Common, t: &Tombstone) -> Result<()>
 
 /// What the index, category and search pages say of one row: read from its contract in a
 /// full build, from the row and its history in an incremental one.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Listing {
     pub key: String,
     pub category: String,
@@ -479,6 +479,7 @@ impl Listing {
 }
 
 /// A category and its rows, in listing order.
+#[derive(serde::Serialize)]
 pub struct Category<'a> {
     pub name: String,
     pub rows: Vec<&'a Listing>,
@@ -491,6 +492,7 @@ const RECENT: usize = 8;
 pub const CREDENTIALS_PAGE: &str = "credentials.html";
 
 /// One bound credential on the credentials page.
+#[derive(serde::Serialize)]
 pub struct BoundCredential<'a> {
     pub env: &'a str,
     pub origins: Vec<String>,
@@ -503,6 +505,7 @@ pub struct BoundCredential<'a> {
 }
 
 /// A credential rows name that no binding lets them use, and those rows.
+#[derive(serde::Serialize)]
 pub struct Refused<'a> {
     pub env: String,
     pub code: &'static str,
@@ -560,7 +563,10 @@ fn write_credentials(
         credentials,
         refused,
     };
-    write(&out.join(CREDENTIALS_PAGE), page.render()?)
+    write(
+        &out.join(CREDENTIALS_PAGE),
+        common.templates.render(CREDENTIALS_PAGE, &page)?,
+    )
 }
 
 /// Index, category pages (every one, or only the categories named in `only`), the
@@ -616,13 +622,22 @@ pub fn write_pages(
         removed,
         bound_credentials: bindings.credentials.len(),
     };
-    write(&out.join("index.html"), index.render()?)?;
+    write(
+        &out.join("index.html"),
+        common.templates.render("index.html", &index)?,
+    )?;
+    for name in common.templates.added() {
+        write(&out.join(name), common.templates.render(name, &index)?)?;
+    }
     write_credentials(out, common, rows, bindings)?;
     let search = pages::SearchPage {
         f: Frame::of(common, ""),
         categories: &categories,
     };
-    write(&out.join("search.html"), search.render()?)?;
+    write(
+        &out.join("search.html"),
+        common.templates.render("search.html", &search)?,
+    )?;
 
     std::fs::create_dir_all(out.join("c"))?;
     let frame = Frame::counted(common, "../");
@@ -637,13 +652,13 @@ pub fn write_pages(
         };
         write(
             &out.join("c").join(format!("{}.html", category.name)),
-            page.render()?,
+            common.templates.render("category.html", &page)?,
         )?;
     }
     std::fs::create_dir_all(out.join("static"))?;
-    write(&out.join("static/style.css"), STYLE)?;
-    write(&out.join("static/search.js"), SEARCH_JS)?;
-    write(&out.join("static/row.js"), ROW_JS)?;
+    for (name, bytes) in common.templates.assets() {
+        write(&out.join("static").join(name), bytes)?;
+    }
 
     Ok(())
 }
@@ -659,6 +674,7 @@ pub struct ReceiptPage<'a> {
 }
 
 /// An error on a page, with the same code, message and fix as the JSON answer.
+#[derive(serde::Serialize)]
 pub struct PageError<'a> {
     pub code: &'a str,
     pub message: &'a str,
@@ -666,22 +682,38 @@ pub struct PageError<'a> {
 }
 
 /// The receipt page the dispatcher serves at `/receipt/inv_…`, in the site's layout.
+/// Rendered with capdir's own templates (parsed once): the receipt page is fixed, and the
+/// dispatcher reads no templates from the site it serves.
 pub fn receipt_page(info: &BuildInfo, page: &ReceiptPage) -> Result<String> {
+    static BUILTIN: std::sync::OnceLock<Templates> = std::sync::OnceLock::new();
+    let templates = BUILTIN.get_or_init(Templates::builtin);
     let common = Common {
         site: SiteMeta::default_for(&info.counts),
         counts: &info.counts,
         build: info,
         repo_url: None,
         dispatcher: None,
+        templates,
     };
+    // A field the receipt lacks (a keyless confirmation has fewer) shows as nothing.
+    let receipt = page.receipt.clone().map(|mut r| {
+        if let Some(fields) = r.as_object_mut() {
+            for name in pages::RECEIPT_FIELDS {
+                fields
+                    .entry(name.to_string())
+                    .or_insert(serde_json::Value::Null);
+            }
+        }
+        r
+    });
     let html = pages::ReceiptHtml {
         f: Frame::of(&common, "/"),
         id: page.id,
-        r: page.receipt.as_ref().map(pages::Shown),
+        r: receipt.as_ref(),
         full: page.full,
         error: page.error.as_ref(),
     };
-    Ok(html.render()?)
+    templates.render("receipt.html", &html)
 }
 
 /// registry.json, counts.json, mcp/tools.json, llms.txt and sitemap.xml.
@@ -889,6 +921,7 @@ fn xml_escape(s: &str) -> String {
 mod tests {
     use super::shell_quote;
     use crate::build::contract::Contract;
+    use crate::build::pages::Templates;
     use crate::build::snapshot::{BuildInfo, Counts};
     use crate::row::binding::Bindings;
 
@@ -930,9 +963,12 @@ mod tests {
             build: &info,
             repo_url: None,
             dispatcher: None,
+            templates: &Templates::builtin(),
         };
         let frame = crate::build::pages::Frame::contract(&common);
-        super::Renderer::new(&frame).contract(c).unwrap()
+        super::Renderer::new(&frame, common.templates)
+            .contract(c)
+            .unwrap()
     }
 
     /// The compiled markdown lists four arguments and counts the rest, cuts a long
@@ -1055,6 +1091,7 @@ mod tests {
             build: &info,
             repo_url: None,
             dispatcher: None,
+            templates: &Templates::builtin(),
         };
         let dir = tempfile::tempdir().unwrap();
         let refs: Vec<&crate::row::Row> = rows.iter().collect();
@@ -1168,6 +1205,7 @@ mod part_tests {
                 build: &info,
                 repo_url: None,
                 dispatcher: urls.dispatcher.clone(),
+                templates: &Templates::builtin(),
             };
             let prints = crate::row::call::fingerprints(rows);
             let layouts =

@@ -35,6 +35,10 @@ pub(super) struct Args {
     /// site built before by this capdir with the same options gets only what changed).
     #[arg(long)]
     full: bool,
+    /// Templates and static files over capdir's own, file by file (default: the
+    /// `templates/` folder beside the catalogue, when there is one).
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
     #[command(flatten)]
     publish: Publish,
 }
@@ -165,6 +169,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.site_url,
         a.repo_url,
         a.full,
+        a.templates,
     )?;
     if code == ExitCode::SUCCESS {
         publish.apply(&catalogue, &out)?;
@@ -179,6 +184,7 @@ fn build(
     site_url: Option<String>,
     repo_url: Option<String>,
     full: bool,
+    templates: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     let a = Built { dir, out, full };
     let opts = crate::build::Options {
@@ -186,6 +192,7 @@ fn build(
         site_url,
         repo_url,
         progress: true,
+        templates,
         ..crate::build::Options::new(&a.dir, &a.out)
     };
     let started = std::time::Instant::now();

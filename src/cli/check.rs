@@ -16,6 +16,10 @@ pub(super) struct Args {
     /// new and clean rows must stay clean, legacy rows must not get worse.
     #[arg(long, value_name = "REV")]
     base: Option<String>,
+    /// The templates a build would use over capdir's own (default: the `templates/`
+    /// folder beside the catalogue, when there is one): checked too.
+    #[arg(long, value_name = "DIR")]
+    templates: Option<PathBuf>,
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -37,6 +41,10 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         let base_files = crate::build::git::read_dir_at(&dir, &rev)?;
         crate::check::against_base(&files, &mut checked, &base_files);
     }
+    checked.diags.extend(crate::build::pages::check_templates(
+        &dir,
+        a.templates.as_deref(),
+    )?);
     print!("{}", diag::render(&checked.diags, checked.files, format));
     // On GitHub every finding also goes to the step summary: annotations stop at ten a level.
     if format == Format::Github

@@ -18,6 +18,7 @@ mod new;
 mod route;
 mod serve;
 mod share;
+mod templates;
 pub mod token;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +48,8 @@ enum Command {
     Eval(eval::Args),
     /// Write a scaffold row to fill in.
     New(new::Args),
+    /// Write capdir's page templates and static files into a folder to restyle the site.
+    Templates(templates::Args),
     /// Write rows from what already exists: `import openapi FILE|URL`, `import mcp`.
     Import(import::Args),
     /// Invoke one row by key and print its result; exit 1 when it fails or is refused.
@@ -84,6 +87,7 @@ pub fn run() -> ExitCode {
         Command::Ask(a) => ask::run(a),
         Command::Eval(a) => eval::run(a),
         Command::New(a) => new::run(a),
+        Command::Templates(a) => templates::run(a),
         Command::Import(a) => import::run(a),
         Command::Invoke(a) => invoke::run(a),
         Command::Serve(a) => serve::run(a),

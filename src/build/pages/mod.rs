@@ -1,0 +1,211 @@
+//! The site's pages: tera templates (`templates/`, embedded in the binary as defaults, each
+//! overridable by the catalogue's own `templates/` folder: [`Templates`]) and the page each
+//! is rendered with, a struct whose fields are what its template reads (listed for site
+//! owners in the README). Text is escaped for HTML always: only what capdir itself rendered
+//! from markdown (the fields ending in `_html`) is marked `safe`, and the gate refuses
+//! `safe` on anything else.
+
+mod lint;
+mod sample;
+mod set;
+
+pub use sample::RECEIPT_FIELDS;
+pub use set::{ASSETS, FIXED, OVERRIDABLE, TemplateErrors, Templates, beside, escape_html};
+
+use crate::build::contract::{Contract, Tombstone};
+use crate::build::site::{BoundCredential, Category, Common, Listing, PageError, Refused};
+use crate::build::snapshot::Counts;
+use crate::row::diag::Diagnostic;
+use serde::Serialize;
+
+/// What the layout shows around every page.
+#[derive(Serialize)]
+pub struct Frame<'a> {
+    /// The way back to the site's root from the page (`""`, `"../"`, `"/"`).
+    pub root: &'a str,
+    pub title: &'a str,
+    pub summary: &'a str,
+    /// How many capabilities the search box offers; none on a row's pages.
+    pub enabled: Option<usize>,
+    /// The commit the site was built from; none on pages that must not change with every
+    /// commit (a row's, a category's): they say the index names it.
+    pub built: Option<Built<'a>>,
+    pub version: &'a str,
+    /// The repository's web address, for commit links (`""`: none).
+    pub repo_url: &'a str,
+    /// The dispatcher's public address (`""`: the catalogue has none).
+    pub dispatcher: &'a str,
+}
+
+#[derive(Serialize)]
+pub struct Built<'a> {
+    /// Empty outside Git.
+    pub commit: &'a str,
+    pub date: &'a str,
+}
+
+impl<'a> Frame<'a> {
+    /// The frame of a page that names the catalogue's commit and counts.
+    pub fn of(common: &'a Common, root: &'a str) -> Frame<'a> {
+        Frame {
+            built: Some(Built {
+                commit: &common.build.commit,
+                date: &common.build.date,
+            }),
+            ..Frame::counted(common, root)
+        }
+    }
+
+    /// The frame of a page that names the counts but not the commit (a category's).
+    pub fn counted(common: &'a Common, root: &'a str) -> Frame<'a> {
+        Frame {
+            root,
+            title: &common.site.title,
+            summary: &common.site.summary,
+            enabled: Some(common.counts.enabled.value),
+            built: None,
+            version: &common.build.capdir_version,
+            repo_url: common.repo_url.as_deref().unwrap_or_default(),
+            dispatcher: common.dispatcher.as_deref().unwrap_or_default(),
+        }
+    }
+
+    /// The frame of a row's pages and a tombstone's. It holds nothing of the catalogue as a
+    /// whole: not the commit, and not the counts (the summary and the search box's
+    /// placeholder say none here). So a row's pages change only when the row or its history
+    /// does: adding or removing another row rewrites no other row's pages, which is what
+    /// lets an incremental rebuild touch the pages of the rows it changed and no others.
+    pub fn contract(common: &'a Common) -> Frame<'a> {
+        Frame {
+            summary: SUMMARY,
+            enabled: None,
+            ..Frame::counted(common, "../")
+        }
+    }
+}
+
+/// What the catalogue is, without its counts (the index page says how many).
+const SUMMARY: &str = "Capabilities an agent can ask for in plain words, read as a small contract, and invoke by key with a receipt. Kept as data in Git.";
+
+/// A contract's addresses on the public dispatcher, each `""` when it has none.
+#[derive(Clone, Copy, Serialize)]
+pub struct Links<'a> {
+    pub run_now: &'a str,
+    pub contract: &'a str,
+    pub invoke: &'a str,
+    pub receipt: &'a str,
+    pub confirm: &'a str,
+}
+
+impl<'a> Links<'a> {
+    pub fn of(c: &'a Contract) -> Links<'a> {
+        let link = |u: &'a Option<String>| u.as_deref().unwrap_or_default();
+        Links {
+            run_now: link(&c.run_now_url),
+            contract: link(&c.contract_url),
+            invoke: link(&c.invoke_url),
+            receipt: link(&c.receipt_url),
+            confirm: link(&c.confirm_url),
+        }
+    }
+}
+
+/// A row's contract as markdown (`k/KEY.md`).
+#[derive(Serialize)]
+pub struct ContractMarkdown<'a> {
+    pub c: &'a Contract,
+    pub u: Links<'a>,
+}
+
+/// A row's contract as a page (`k/KEY.html`).
+#[derive(Serialize)]
+pub struct RowPage<'a> {
+    pub f: &'a Frame<'a>,
+    pub c: &'a Contract,
+    pub u: Links<'a>,
+    /// The example call, as a reader copies it.
+    pub call: String,
+    /// The input schema, pretty-printed (`""`: none).
+    pub schema: String,
+    /// Where the page's form sends a call: the public dispatcher's root, or the site's.
+    pub api: &'a str,
+    /// Troubleshooting lines, rendered from markdown.
+    pub troubleshooting_html: Vec<String>,
+    /// The rows it may invoke, rendered from markdown.
+    pub may_invoke_html: String,
+}
+
+/// A removed row as markdown.
+#[derive(Serialize)]
+pub struct TombstoneMarkdown<'a> {
+    pub t: &'a Tombstone,
+}
+
+/// A removed row as a page.
+#[derive(Serialize)]
+pub struct TombstonePage<'a> {
+    pub f: Frame<'a>,
+    pub t: &'a Tombstone,
+    /// The page of the commit that removed it, when the repository's address is known.
+    pub removed_url: Option<&'a str>,
+}
+
+/// `index.html`.
+#[derive(Serialize)]
+pub struct IndexPage<'a> {
+    pub f: Frame<'a>,
+    pub counts: &'a Counts,
+    pub categories: &'a [Category<'a>],
+    pub added: Vec<&'a Listing>,
+    pub changed: Vec<&'a Listing>,
+    pub removed: Vec<&'a Tombstone>,
+    pub bound_credentials: usize,
+}
+
+/// `c/NAME.html`.
+#[derive(Serialize)]
+pub struct CategoryPage<'a> {
+    pub f: &'a Frame<'a>,
+    pub category: &'a Category<'a>,
+    pub all_categories: &'a [&'a str],
+}
+
+/// `search.html`: every row by category, for a reader without JavaScript.
+#[derive(Serialize)]
+pub struct SearchPage<'a> {
+    pub f: Frame<'a>,
+    pub categories: &'a [Category<'a>],
+}
+
+/// `credentials.html`.
+#[derive(Serialize)]
+pub struct CredentialsPage<'a> {
+    pub f: Frame<'a>,
+    pub credentials: Vec<BoundCredential<'a>>,
+    pub refused: Vec<Refused<'a>>,
+}
+
+/// The dispatcher's page of one receipt.
+#[derive(Serialize)]
+pub struct ReceiptHtml<'a> {
+    pub f: Frame<'a>,
+    pub id: &'a str,
+    pub r: Option<&'a serde_json::Value>,
+    pub full: bool,
+    pub error: Option<&'a PageError<'a>>,
+}
+
+/// What the gate says of the templates a build of `catalogue` would use (`dir`, or the
+/// folder beside it): nothing when they parse and read only fields their pages have.
+pub fn check_templates(
+    catalogue: &std::path::Path,
+    dir: Option<&std::path::Path>,
+) -> anyhow::Result<Vec<Diagnostic>> {
+    match Templates::for_catalogue(catalogue, dir) {
+        Ok(_) => Ok(Vec::new()),
+        Err(e) => match e.downcast::<TemplateErrors>() {
+            Ok(TemplateErrors(diags)) => Ok(diags),
+            Err(e) => Err(e),
+        },
+    }
+}
