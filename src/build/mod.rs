@@ -505,16 +505,27 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                     .collect();
                 let bar = progress_bar(opts.progress, contracts.len() as u64);
                 let previous = opts.out.is_dir().then_some(opts.out.as_path());
-                let written =
-                    site::write_contracts(&tmp, previous, &common, &contracts, &|n| bar.inc(n))?;
+                let listings: Vec<site::Listing> =
+                    contracts.iter().map(site::Listing::of).collect();
+                let enabled: Vec<&Row> = enabled.iter().collect();
+                // The index and category pages on a thread of their own beside the contracts'
+                // workers, which take their rows in batches and so leave it its share.
+                let written = std::thread::scope(|s| {
+                    let (common, tombs) = (&common, &tombs);
+                    let others = s.spawn(|| {
+                        site::write_pages(&tmp, common, &enabled, &listings, tombs, &bindings, None)
+                    });
+                    let written =
+                        site::write_contracts(&tmp, previous, common, &contracts, &|n| bar.inc(n));
+                    let others = others
+                        .join()
+                        .unwrap_or_else(|_| Err(anyhow!("the index pages' thread panicked")));
+                    written.and_then(|w| others.map(|()| w))
+                })?;
                 bar.finish_and_clear();
                 for t in &tombs {
                     site::write_tombstone(&tmp, &common, t)?;
                 }
-                let listings: Vec<site::Listing> =
-                    contracts.iter().map(site::Listing::of).collect();
-                let enabled: Vec<&Row> = enabled.iter().collect();
-                site::write_pages(&tmp, &common, &enabled, &listings, &tombs, &bindings, None)?;
                 Ok((contracts.len(), written))
             })();
             let side = side

@@ -172,9 +172,7 @@ impl<'f> Renderer<'f> {
             None => String::new(),
         };
         let u = Links::of(c);
-        let md = self
-            .templates
-            .render("contract.md", &pages::ContractMarkdown { c, u })?;
+        let md = pages::machine::contract(c, u);
         let page = pages::RowPage {
             f: self.frame,
             c,
@@ -392,9 +390,7 @@ fn write_or_link(path: &Path, bytes: &[u8], old: Option<&Path>) -> Result<bool> 
 
 /// Write a tombstone's three files.
 pub fn write_tombstone(out: &Path, common: &Common, t: &Tombstone) -> Result<()> {
-    let md = common
-        .templates
-        .render("tombstone.md", &pages::TombstoneMarkdown { t })?;
+    let md = pages::machine::tombstone(t);
     let page = pages::TombstonePage {
         f: Frame::contract(common),
         t,

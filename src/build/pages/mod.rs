@@ -6,6 +6,7 @@
 //! `safe` on anything else.
 
 mod lint;
+pub mod machine;
 mod sample;
 mod set;
 
@@ -110,13 +111,6 @@ impl<'a> Links<'a> {
     }
 }
 
-/// A row's contract as markdown (`k/KEY.md`).
-#[derive(Serialize)]
-pub struct ContractMarkdown<'a> {
-    pub c: &'a Contract,
-    pub u: Links<'a>,
-}
-
 /// A row's contract as a page (`k/KEY.html`).
 #[derive(Serialize)]
 pub struct RowPage<'a> {
@@ -133,12 +127,6 @@ pub struct RowPage<'a> {
     pub troubleshooting_html: Vec<String>,
     /// The rows it may invoke, rendered from markdown.
     pub may_invoke_html: String,
-}
-
-/// A removed row as markdown.
-#[derive(Serialize)]
-pub struct TombstoneMarkdown<'a> {
-    pub t: &'a Tombstone,
 }
 
 /// A removed row as a page.

@@ -3,8 +3,8 @@
 
 use super::set::Templates;
 use super::{
-    CategoryPage, ContractMarkdown, CredentialsPage, Frame, IndexPage, Links, ReceiptHtml, RowPage,
-    SearchPage, TombstoneMarkdown, TombstonePage,
+    CategoryPage, CredentialsPage, Frame, IndexPage, Links, ReceiptHtml, RowPage, SearchPage,
+    TombstonePage,
 };
 use crate::build::contract::{Argument, BoundTo, Contract, HistoryLine, Tombstone};
 use crate::build::site::{
@@ -205,11 +205,6 @@ fn contract_pages(common: &Common, data: &Data) -> Vec<(&'static str, Value)> {
     let (c, t) = (&data.contract, &data.tombstone);
     let frame = Frame::contract(common);
     vec![
-        (
-            "contract.md",
-            value(&ContractMarkdown { c, u: Links::of(c) }),
-        ),
-        ("tombstone.md", value(&TombstoneMarkdown { t })),
         (
             "row.html",
             value(&RowPage {
