@@ -413,6 +413,11 @@ mod props {
             Just("{% filter upper %}".to_string()),
             Just("{% endfilter %}".to_string()),
             Just("{% macro m(x) %}{{ x.y }}{% endmacro %}".to_string()),
+            Just("{% include \"_a.html\" %}".to_string()),
+            Just("{% extends \"row.html\" %}".to_string()),
+            Just("{% import \"_a.html\" as a %}".to_string()),
+            Just("{{ a::m() }}".to_string()),
+            Just("{% macro m() %}{{ self::m() }}{% endmacro %}".to_string()),
             Just("{{".to_string()),
             Just("%}".to_string()),
             "[ -~]{0,12}",
@@ -422,20 +427,71 @@ mod props {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
-        /// Any row.html (and layout.html) is taken or refused with a diagnostic; none panics.
+        /// Any row.html (and layout.html, and a partial) is taken or refused with a diagnostic;
+        /// none panics or runs out of stack (an extends, include or macro cycle did).
         #[test]
         fn any_template_is_taken_or_refused_with_a_reason(
             row in prop::collection::vec(piece(), 0..24),
             layout in prop::option::of(prop::collection::vec(piece(), 0..8)),
+            partial in prop::option::of(prop::collection::vec(piece(), 0..8)),
         ) {
             let mut files = BTreeMap::new();
             files.insert("row.html".to_string(), row.concat().into_bytes());
             if let Some(l) = layout {
                 files.insert("layout.html".to_string(), l.concat().into_bytes());
             }
+            if let Some(p) = partial {
+                files.insert("_a.html".to_string(), p.concat().into_bytes());
+            }
             if let Err(refused) = Templates::of_files(files) {
                 prop_assert!(!refused.0.is_empty());
             }
         }
+
+        /// Templates that parse, each extending, importing, including and calling the others
+        /// at random: every cycle among them is refused before tera follows it.
+        #[test]
+        fn templates_that_reach_each_other_are_taken_or_refused(
+            files in prop::collection::btree_map(name(), linked(), 1..5),
+        ) {
+            let files = files.into_iter().map(|(n, t)| (n, t.into_bytes())).collect();
+            if let Err(refused) = Templates::of_files(files) {
+                prop_assert!(!refused.0.is_empty());
+            }
+        }
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["row.html", "layout.html", "_a.html", "_b.html"])
+            .prop_map(str::to_string)
+    }
+
+    /// A template that parses: perhaps an `extends` and an `import`, then closed tags.
+    fn linked() -> impl Strategy<Value = String> {
+        let atom = prop_oneof![
+            Just("x".to_string()),
+            Just("{{ f.title }}".to_string()),
+            name().prop_map(|n| format!("{{% include \"{n}\" %}}")),
+            Just("{% block main %}b{% endblock %}".to_string()),
+            Just("{% macro m() %}{{ self::m() }}{% endmacro %}".to_string()),
+            Just("{% macro n() %}n{% endmacro %}".to_string()),
+            Just("{{ a::m() }}".to_string()),
+            Just("{{ a::n() }}".to_string()),
+        ];
+        (
+            prop::option::of(name()),
+            prop::option::of(name()),
+            prop::collection::vec(atom, 0..5),
+        )
+            .prop_map(|(extends, import, body)| {
+                let mut t = String::new();
+                if let Some(p) = extends {
+                    t.push_str(&format!("{{% extends \"{p}\" %}}"));
+                }
+                if let Some(i) = import {
+                    t.push_str(&format!("{{% import \"{i}\" as a %}}"));
+                }
+                t + &body.concat()
+            })
     }
 }

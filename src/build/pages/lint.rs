@@ -474,7 +474,7 @@ fn split(path: &str) -> Vec<String> {
 
 /// The line and column (1-based) of the first place `needle` is read in `source` (in a tag),
 /// else of its first occurrence; `(0, 0)` when it is not there at all.
-fn find(source: &str, needle: &str) -> (usize, usize) {
+pub(super) fn find(source: &str, needle: &str) -> (usize, usize) {
     let bare = needle.split('[').next().unwrap_or(needle);
     let at = source
         .match_indices(bare)

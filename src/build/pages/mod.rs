@@ -5,6 +5,7 @@
 //! from markdown (the fields ending in `_html`) is marked `safe`, and the gate refuses
 //! `safe` on anything else.
 
+mod graph;
 mod lint;
 pub mod machine;
 mod sample;

@@ -3,7 +3,7 @@
 //! new pages added from it. Rendered with tera at run time, so a site owner restyles their
 //! catalogue without recompiling capdir.
 
-use super::lint;
+use super::{graph, lint};
 use crate::row::diag::Diagnostic;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
@@ -197,6 +197,17 @@ impl Templates {
             }
             overrides.insert(name.clone(), text.clone().into_bytes());
             sources.insert(name, text);
+        }
+        if let Some(c) = graph::cycle(&sources) {
+            let at = lint::find(&sources[&c.template], &c.needle);
+            diags.push(Diagnostic::error(
+                &path_of(&c.template),
+                at,
+                "template_cycle",
+                format!("the templates go round for ever: {}", c.steps),
+                "break the cycle: a page cannot reach itself by extends, include or import, nor a macro call itself (write the levels out: the pages' fields are shallow)",
+            ));
+            return Err(TemplateErrors(diags));
         }
         let mut tera = engine();
         let mut ordered: Vec<(&str, &str)> = sources
@@ -560,6 +571,86 @@ mod tests {
         let _ = deep(nots);
         let shallow = format!("{{{{ {}1{} }}}}", "(".repeat(8), ")".repeat(8));
         assert!(deep(shallow).is_ok());
+    }
+
+    /// A page extending a cycle it is not part of sends tera round the cycle for ever; the
+    /// gate names the cycle instead (found by the suite's proptest as a stack overflow).
+    #[test]
+    fn a_cycle_of_templates_is_refused_not_a_stack_overflow() {
+        let of = |pairs: &[(&str, &str)]| {
+            let files = pairs
+                .iter()
+                .map(|(n, t)| (n.to_string(), t.as_bytes().to_vec()))
+                .collect();
+            Templates::of_files(files)
+        };
+        let own = "{% extends \"layout.html\" %}{% block main %}x{% endblock %}";
+        let refused = of(&[("layout.html", own)]).err().expect("refused");
+        assert_eq!(refused.0[0].code, "template_cycle", "{refused}");
+        assert!(refused.0[0].path.ends_with("layout.html"), "{refused}");
+        let two = [
+            ("layout.html", "{% extends \"_base.html\" %}"),
+            ("_base.html", "{% extends \"layout.html\" %}"),
+        ];
+        let refused = of(&two).err().expect("refused");
+        assert_eq!(refused.0[0].code, "template_cycle", "{refused}");
+        assert!(
+            refused.0[0]
+                .message
+                .contains("_base.html extends layout.html extends _base.html"),
+            "{refused}"
+        );
+        let includes = [
+            ("_a.html", "a{% include \"_b.html\" %}"),
+            ("_b.html", "b{% include \"_a.html\" %}"),
+            (
+                "row.html",
+                "{% extends \"layout.html\" %}{% block main %}{% include \"_a.html\" %}{% endblock %}",
+            ),
+        ];
+        let imports = [
+            (
+                "_m.html",
+                "{% import \"_n.html\" as n %}{% macro m() %}m{% endmacro %}",
+            ),
+            (
+                "_n.html",
+                "{% import \"_m.html\" as m %}{% macro n() %}n{% endmacro %}",
+            ),
+            ("row.html", "{% import \"_m.html\" as m %}{{ m::m() }}"),
+        ];
+        let calls = [
+            (
+                "row.html",
+                "{% import \"_t.html\" as t %}{% extends \"layout.html\" %}{% block main %}{{ t::tree(n=c) }}{% endblock %}",
+            ),
+            (
+                "_t.html",
+                "{% macro tree(n) %}{% for a in n.arguments %}{{ self::tree(n=a) }}{% endfor %}{% endmacro %}",
+            ),
+        ];
+        for (set, steps) in [
+            (&includes[..], "_a.html includes _b.html includes _a.html"),
+            (&imports[..], "_m.html imports _n.html imports _m.html"),
+            (&calls[..], "_t.html::tree calls _t.html::tree"),
+        ] {
+            let refused = of(set).err().expect("refused");
+            assert_eq!(refused.0[0].code, "template_cycle", "{refused}");
+            assert!(refused.0[0].message.contains(steps), "{refused}");
+        }
+        let chain = [
+            ("_base.html", "{% block main %}{% endblock %}"),
+            ("_part.html", "part"),
+            (
+                "_t.html",
+                "{% macro leaf() %}x{% endmacro %}{% macro two() %}{{ self::leaf() }}{{ self::leaf() }}{% endmacro %}",
+            ),
+            (
+                "row.html",
+                "{% import \"_t.html\" as t %}{% extends \"layout.html\" %}{% block main %}{{ t::two() }}{% include \"_part.html\" %}{% include \"_part.html\" %}{% endblock %}",
+            ),
+        ];
+        assert!(of(&chain).is_ok(), "{:?}", of(&chain).err());
     }
 
     #[test]
