@@ -9,6 +9,7 @@
 //! command line.
 
 pub mod access;
+pub mod atomic;
 pub mod build;
 pub mod check;
 pub mod cli;

@@ -235,7 +235,7 @@ impl Clean {
                 hex::encode(e.row)
             );
         }
-        super::incremental::replace(&site.join(FILE), text.as_bytes())
+        Ok(crate::atomic::write(&site.join(FILE), text.as_bytes())?)
     }
 
     /// Whether the file `name` can be left unread: the list has it with a stamp, and `meta`

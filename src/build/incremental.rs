@@ -99,9 +99,6 @@ impl Made {
     }
 }
 
-/// Replace a file whole (written beside it, then renamed over it): the search stage's, shared.
-pub use crate::search::update::replace;
-
 /// Rows to change in a site: new or edited ones, as parsed from their files, and the keys
 /// of rows whose files are gone (or whose tombstone changed).
 #[derive(Debug, Default)]

@@ -367,7 +367,7 @@ pub fn update_with(
         expires: None,
         keys: Vec::new(),
     };
-    crate::build::incremental::replace(&site.join(FILE), &bytes(&manifest)?)?;
+    crate::atomic::write(&site.join(FILE), &bytes(&manifest)?)?;
     unsigned(site)?;
     Ok(manifest)
 }

@@ -384,7 +384,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     let bindings = checked.bindings;
     let all_rows = checked.rows;
     let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
-    let tmp = temp_dir_beside(&opts.out)?;
+    let tmp = crate::atomic::dir_beside(&opts.out).map_err(anyhow::Error::from)?;
     // What the projections need is known once the rows are checked and HEAD is read: they
     // are written alongside index and history, on the core the history walk leaves idle
     // when check and index finish first.
@@ -584,7 +584,8 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
             return Err(e.into());
         }
     };
-    swap_into_place(&tmp, &opts.out)?;
+    crate::atomic::swap_dir(&tmp, &opts.out)
+        .with_context(|| format!("moving the new site to {}", opts.out.display()))?;
     steps.report.rows = all_rows.len();
     steps.report.info = Some(info);
     Ok(steps.report)
@@ -601,68 +602,4 @@ fn progress_bar(wanted: bool, len: u64) -> indicatif::ProgressBar {
         bar.set_style(style);
     }
     bar
-}
-
-/// A fresh directory next to `out`, on the same file system so the final rename is atomic.
-pub fn temp_dir_beside(out: &Path) -> Result<PathBuf> {
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent)?;
-    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("site");
-    let tmp = parent.join(format!(".{name}.build-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp)?;
-    }
-    std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    Ok(tmp)
-}
-
-/// Put the new site at `out` in one step: an atomic exchange of the two directories where the
-/// kernel offers it (Linux renameat2), else two renames.
-pub fn swap_into_place(tmp: &Path, out: &Path) -> Result<()> {
-    if !out.exists() {
-        std::fs::rename(tmp, out)
-            .with_context(|| format!("moving the new site to {}", out.display()))?;
-        return Ok(());
-    }
-    if exchange(tmp, out).is_err() {
-        let old = tmp.with_extension("old");
-        std::fs::rename(out, &old)?;
-        std::fs::rename(tmp, out)?;
-        std::fs::remove_dir_all(&old)?;
-        return Ok(());
-    }
-    // `tmp` now holds the previous site.
-    std::fs::remove_dir_all(tmp)
-        .with_context(|| format!("removing the previous site at {}", tmp.display()))
-}
-
-#[cfg(target_os = "linux")]
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let a = CString::new(a.as_os_str().as_bytes())?;
-    let b = CString::new(b.as_os_str().as_bytes())?;
-    // SAFETY: both are valid NUL-terminated paths that outlive the call.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn exchange(_: &Path, _: &Path) -> std::io::Result<()> {
-    Err(std::io::Error::other("no atomic exchange on this platform"))
 }

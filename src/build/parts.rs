@@ -101,7 +101,7 @@ impl Layouts {
                 let _ = writeln!(text, "{len} {key}");
             }
         }
-        crate::build::incremental::replace(&site.join(PARTS), text.as_bytes())
+        Ok(crate::atomic::write(&site.join(PARTS), text.as_bytes())?)
     }
 }
 

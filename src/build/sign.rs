@@ -67,8 +67,8 @@ pub fn sign(site: &Path, how: &Signing) -> Result<Manifest> {
     let text = serde_json::to_string(&manifest)? + "\n";
     let signers: Vec<&Signer> = how.keys.iter().collect();
     let signature = note::sign(&note_text(text.as_bytes()), &signers)?;
-    super::incremental::replace(&path, text.as_bytes())?;
-    super::incremental::replace(&site.join(manifest::SIG_FILE), signature.as_bytes())?;
+    crate::atomic::write(&path, text.as_bytes())?;
+    crate::atomic::write(&site.join(manifest::SIG_FILE), signature.as_bytes())?;
     Ok(manifest)
 }
 

@@ -290,10 +290,7 @@ pub fn replace_contract(out: &Path, common: &Common, c: &Contract) -> Result<Str
     let dir = out.join("k");
     std::fs::create_dir_all(&dir)?;
     for (ext, bytes) in [("md", md), ("json", json), ("html", html)] {
-        crate::build::incremental::replace(
-            &dir.join(format!("{}.{ext}", c.key)),
-            bytes.as_bytes(),
-        )?;
+        crate::atomic::write(&dir.join(format!("{}.{ext}", c.key)), bytes.as_bytes())?;
     }
     Ok(digest)
 }

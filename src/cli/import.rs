@@ -5,7 +5,6 @@
 use crate::import::{self, Options, Report, Status};
 use anyhow::{Context as _, bail};
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -157,13 +156,7 @@ fn write(dir: &Path, writes: &[(String, String)], deletes: &[String]) -> anyhow:
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (name, text) in writes {
-        let path = dir.join(name);
-        let tmp = dir.join(format!(".{name}.tmp"));
-        let mut f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+        crate::atomic::write(&dir.join(name), text.as_bytes()).context("cannot write a row")?;
     }
     for name in deletes {
         let path = dir.join(name);

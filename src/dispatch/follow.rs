@@ -18,7 +18,6 @@
 
 use crate::build::manifest::{self, Manifest};
 use crate::build::sign::{self, Refusal};
-use crate::build::{swap_into_place, temp_dir_beside};
 use crate::trust::note::Verifier;
 use anyhow::{Context as _, Result, anyhow, bail};
 use futures_util::TryStreamExt as _;
@@ -440,7 +439,7 @@ impl Follower {
                     if let Some(dir) = file.parent() {
                         std::fs::create_dir_all(dir)?;
                     }
-                    crate::build::incremental::replace(file, &bytes)
+                    Ok(crate::atomic::write(file, &bytes)?)
                 });
             if let Err(e) = written {
                 tracing::error!(error = %format!("{e:#}"), file = %file.display(), "follow: the keys trusted could not be kept; a restart would trust the --trust key alone");
@@ -465,13 +464,13 @@ impl Follower {
         raw: &[u8],
         signature: Option<&str>,
     ) -> Result<usize> {
-        let stage = temp_dir_beside(&self.site)?;
+        let stage = crate::atomic::dir_beside(&self.site)?;
         let result = self.stage(&stage, wanted, held).await.and_then(|fetched| {
             std::fs::write(stage.join(manifest::FILE), raw)?;
             if let Some(signature) = signature {
                 std::fs::write(stage.join(manifest::SIG_FILE), signature)?;
             }
-            swap_into_place(&stage, &self.site)?;
+            crate::atomic::swap_dir(&stage, &self.site)?;
             Ok(fetched)
         });
         if result.is_err() {

@@ -201,9 +201,7 @@ fn write_copy(dir: &std::path::Path, (size, note): &(u64, String)) {
     let write = || -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         for name in [size.to_string(), "latest".to_string()] {
-            let tmp = dir.join(format!(".{name}.tmp"));
-            std::fs::write(&tmp, note)?;
-            std::fs::rename(&tmp, dir.join(&name))?;
+            crate::atomic::write(&dir.join(name), note.as_bytes())?;
         }
         Ok(())
     };

@@ -615,13 +615,23 @@ fn write(
         }
     }
     if let Some(text) = bindings {
-        write_atomically(&dir.join(crate::row::binding::FILE), text.as_bytes())?;
+        crate::atomic::write(&dir.join(crate::row::binding::FILE), text.as_bytes()).map_err(
+            |source| ImportError::Write {
+                path: crate::row::binding::FILE.to_string(),
+                source,
+            },
+        )?;
     }
     for row in &rows {
         let path = dir.join(format!("{}.yaml", row.key));
         let same = std::fs::read(&path).is_ok_and(|b| b == row.text.as_bytes());
         if !same {
-            write_atomically(&path, row.text.as_bytes())?;
+            crate::atomic::write(&path, row.text.as_bytes()).map_err(|source| {
+                ImportError::Write {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?;
         }
         report.rows.push(Entry {
             tool: row.tool.clone(),
@@ -634,20 +644,6 @@ fn write(
         });
     }
     Ok(report)
-}
-
-/// Write beside the file, then rename over it: a reader never sees half a row.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ImportError> {
-    let err = |source| ImportError::Write {
-        path: path.display().to_string(),
-        source,
-    };
-    let tmp = path.with_extension("yaml.tmp");
-    std::fs::write(&tmp, bytes).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err(e)
-    })
 }
 
 #[cfg(test)]

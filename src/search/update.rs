@@ -308,15 +308,15 @@ impl IndexState {
             std::fs::write(dir.join(name), bytes)
                 .with_context(|| format!("writing {}", dir.join(name).display()))?;
         }
-        replace(&dir.join("rows.json"), &serde_json::to_vec(&*self.rows)?)?;
+        crate::atomic::write(&dir.join("rows.json"), &serde_json::to_vec(&*self.rows)?)?;
         if let Some(v) = &self.vectors {
-            replace(&dir.join(super::SEMANTIC_FILE), &v.to_bytes())?;
+            crate::atomic::write(&dir.join(super::SEMANTIC_FILE), &v.to_bytes())?;
         }
-        replace(
+        crate::atomic::write(
             &dir.join(MANAGED),
             &self.dir.atomic_read(Path::new(MANAGED))?,
         )?;
-        replace(&dir.join(META), &self.dir.atomic_read(Path::new(META))?)?;
+        crate::atomic::write(&dir.join(META), &self.dir.atomic_read(Path::new(META))?)?;
         for name in then.difference(&now) {
             let _ = std::fs::remove_file(dir.join(name));
         }
@@ -344,18 +344,6 @@ fn merge_if_worth_it(index: &Index, writer: &mut tantivy::IndexWriter) -> Result
         writer.merge(&ids).wait()?;
     }
     Ok(())
-}
-
-/// Replace `path` whole: written beside it, then renamed over it, so a reader sees the old
-/// file or the new one, never part of one.
-pub fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .context("a file name")?;
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
 }
 
 #[cfg(test)]
