@@ -189,3 +189,132 @@ fn only_serve_and_cli_speak_http() {
         "axum or tower outside serve/ and cli/: {offenders:?}"
     );
 }
+
+/// The modules directly inside a module folder (`NAME.rs` beside `mod.rs`, or a folder of its
+/// own with a `mod.rs`), by name, each with the files it is made of.
+fn sibling_modules(dir: &Path) -> BTreeMap<String, Vec<PathBuf>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() && path.join("mod.rs").exists() {
+            let mut files = Vec::new();
+            rust_files(&path, &mut files);
+            out.insert(name, files);
+        } else if path.extension().is_some_and(|e| e == "rs") && name != "mod" {
+            out.insert(name, vec![path]);
+        }
+    }
+    out
+}
+
+/// The names `code` reaches below `prefix` (`crate::build` → `site` in `crate::build::site::x`
+/// and in `crate::build::{site, pages::Y}`).
+fn names_below(code: &str, prefix: &str, names: &mut BTreeSet<String>) {
+    let word = |s: &str| -> String {
+        s.trim()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (at, _) in code.match_indices(&format!("{prefix}::")) {
+        let rest = &code[at + prefix.len() + 2..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            names.extend(group.split(',').map(word));
+        } else {
+            names.insert(word(rest));
+        }
+    }
+}
+
+/// Module folder → its modules → the sibling modules each one's code (tests left out) names.
+fn sibling_uses(src: &Path) -> Vec<(PathBuf, BTreeMap<String, BTreeSet<String>>)> {
+    let mut dirs = vec![src.to_path_buf()];
+    let mut out = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            }
+        }
+        if !dir.join("mod.rs").exists() {
+            continue;
+        }
+        let module = format!(
+            "crate::{}",
+            dir.strip_prefix(src)
+                .unwrap()
+                .to_string_lossy()
+                .replace('/', "::")
+        );
+        let siblings = sibling_modules(&dir);
+        let mut graph = BTreeMap::new();
+        for (name, files) in &siblings {
+            let mut named = BTreeSet::new();
+            for file in files {
+                let text = std::fs::read_to_string(file).expect("read");
+                let code = code_of(&text);
+                let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+                names_below(code, &module, &mut named);
+                // `super::` is the folder's module from its own files, and from a sub-folder's mod.rs.
+                let direct = file.parent() == Some(dir.as_path())
+                    || (file.parent().and_then(Path::parent) == Some(dir.as_path())
+                        && file.ends_with("mod.rs"));
+                if direct {
+                    names_below(code, "super", &mut named);
+                }
+            }
+            named.retain(|n| n != name && siblings.contains_key(n));
+            graph.insert(name.clone(), named);
+        }
+        out.push((dir, graph));
+    }
+    out
+}
+
+#[test]
+fn no_circle_between_the_files_of_a_folder() {
+    let src = Path::new("src");
+    let mut circles = Vec::new();
+    for (dir, graph) in sibling_uses(src) {
+        if let Some(circle) = find_circle(&graph) {
+            circles.push(format!("{}: {}", dir.display(), circle.join(" → ")));
+        }
+    }
+    assert!(circles.is_empty(), "files that use each other: {circles:?}");
+    // The walk sees a use that closes a circle, grouped or not.
+    let mut seen = BTreeSet::new();
+    names_below(
+        "use crate::build::{site, pages::Frame}; crate::build::git::x",
+        "crate::build",
+        &mut seen,
+    );
+    assert_eq!(
+        seen,
+        ["git", "pages", "site"].map(String::from).into(),
+        "names_below"
+    );
+}
+
+#[test]
+fn the_files_beside_the_folders_import_no_folder() {
+    let src = Path::new("src");
+    let folders = stage_folders(src);
+    for entry in std::fs::read_dir(src).expect("read src") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() || matches!(name.as_str(), "lib.rs" | "main.rs") {
+            continue;
+        }
+        let code = code_of(&std::fs::read_to_string(&path).expect("read"));
+        let mut named = BTreeSet::new();
+        names_below(&code, "crate", &mut named);
+        named.retain(|n| folders.contains(n));
+        assert!(
+            named.is_empty(),
+            "{name} is a leaf every folder may use, yet it uses {named:?}"
+        );
+    }
+}

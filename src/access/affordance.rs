@@ -104,7 +104,7 @@ pub fn of(caller: &Caller, row: &Row, fp: &str, here: Here<'_>, revoked: bool) -
                 a.max_payload_bytes = max.min(body_limit);
             }
             let verdict = if revoked {
-                Err(token::Refusal {
+                Err(token::TokenRefusal {
                     reason: Reason::Revoked,
                     message: format!("token {} was revoked", claims.id),
                 })
@@ -116,7 +116,7 @@ pub fn of(caller: &Caller, row: &Row, fp: &str, here: Here<'_>, revoked: bool) -
                         sensitive: row.sensitive,
                         fingerprint: fp,
                     };
-                    let needs = crate::access::watch::needs_approval(claims, row.sensitive);
+                    let needs = crate::access::token::needs_approval(claims, row.sensitive);
                     a.needs_approval = needs.map(|n| n.as_str());
                     token::check_call_approved(claims, target, None, needs.is_some())
                 })

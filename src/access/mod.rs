@@ -5,5 +5,6 @@
 
 pub mod affordance;
 pub mod auth;
+pub mod duration;
 pub mod token;
 pub mod watch;

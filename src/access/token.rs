@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::path::{Path, PathBuf};
 
-pub use crate::access::watch::Watch;
+use crate::access::watch::{Needs, Watch};
 
 /// What every token starts with; also how `authenticate` tells a token from the owner key.
 pub const PREFIX: &str = "cdt1.";
@@ -353,27 +353,14 @@ fn create_key_file(path: &Path) -> Result<()> {
     }
 }
 
-/// `1h`, `30m`, `45s`, `7d`, `2w` as seconds.
-pub fn parse_ttl(text: &str) -> Result<i64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (n, unit) = text.split_at(split);
-    let n: i64 = n
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration; write 30m, 1h, 7d"))?;
-    let per = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" | "" => 3600,
-        "d" => 86_400,
-        "w" => 7 * 86_400,
-        _ => return Err(format!("`{unit}` is not a unit; use s, m, h, d or w")),
-    };
-    match n.checked_mul(per) {
-        Some(s) if s > 0 => Ok(s),
-        _ => Err(format!("`{text}` must be more than zero and reasonable")),
+/// Whether a token's call of a row (sensitive or not) waits for a person.
+pub fn needs_approval(claims: &Claims, sensitive: bool) -> Option<Needs> {
+    if claims.watch.approval {
+        Some(Needs::Token)
+    } else if sensitive && claims.risk < Risk::High {
+        Some(Needs::Sensitive)
+    } else {
+        None
     }
 }
 
@@ -431,13 +418,13 @@ impl Reason {
 
 /// One refusal by the gate.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub struct TokenRefusal {
     pub reason: Reason,
     pub message: String,
 }
 
-fn refuse(reason: Reason, message: impl Into<String>) -> Result<(), Refusal> {
-    Err(Refusal {
+fn refuse(reason: Reason, message: impl Into<String>) -> Result<(), TokenRefusal> {
+    Err(TokenRefusal {
         reason,
         message: message.into(),
     })
@@ -454,7 +441,7 @@ pub struct Target<'a> {
 }
 
 /// The checks about the token alone, after revocation: expired, then audience.
-pub fn check_holder(claims: &Claims, now: i64, audience: &str) -> Result<(), Refusal> {
+pub fn check_holder(claims: &Claims, now: i64, audience: &str) -> Result<(), TokenRefusal> {
     if now >= claims.exp {
         return refuse(
             Reason::Expired,
@@ -475,7 +462,11 @@ pub fn check_holder(claims: &Claims, now: i64, audience: &str) -> Result<(), Ref
 
 /// The checks about this call: scope, contract_changed, risk ceiling, then the input
 /// (`None` when the caller sent no body and no args).
-pub fn check_call(claims: &Claims, target: Target<'_>, input: Option<&str>) -> Result<(), Refusal> {
+pub fn check_call(
+    claims: &Claims,
+    target: Target<'_>,
+    input: Option<&str>,
+) -> Result<(), TokenRefusal> {
     check_call_approved(claims, target, input, false)
 }
 
@@ -486,7 +477,7 @@ pub fn check_call_approved(
     target: Target<'_>,
     input: Option<&str>,
     approved: bool,
-) -> Result<(), Refusal> {
+) -> Result<(), TokenRefusal> {
     let in_scope = claims.covers(target.key, target.category);
     if !in_scope {
         return refuse(
@@ -583,7 +574,7 @@ pub struct Sends {
 /// a row in from another category nor send one out, and a row without a category needs its
 /// key named). A row sensitive before or after needs a token with risk ceiling high: writing
 /// it decides what a sensitive call does, or whether the call is sensitive at all.
-pub fn check_write(claims: &Claims, target: &WriteTarget) -> Result<(), Refusal> {
+pub fn check_write(claims: &Claims, target: &WriteTarget) -> Result<(), TokenRefusal> {
     let by_key = claims.write.iter().any(|w| w == target.key);
     let categories: Vec<&str> = target.categories.iter().flatten().copied().collect();
     let by_category = !categories.is_empty()
@@ -777,17 +768,6 @@ mod tests {
             (200, Risk::Low, &["A".to_string()][..])
         );
         assert_eq!(none.accountable_id(), fixed.id);
-    }
-
-    #[test]
-    fn ttl() {
-        assert_eq!(parse_ttl("1h"), Ok(3600));
-        assert_eq!(parse_ttl("30m"), Ok(1800));
-        assert_eq!(parse_ttl("7d"), Ok(7 * 86_400));
-        assert!(parse_ttl("0s").is_err());
-        assert!(parse_ttl("1y").is_err());
-        assert!(parse_ttl("h").is_err());
-        assert!(parse_ttl("99999999999999999w").is_err());
     }
 
     #[test]

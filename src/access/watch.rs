@@ -119,7 +119,7 @@ pub fn parse_rate(text: &str) -> Result<Rate, String> {
         "min" | "minute" => 60,
         "h" | "hour" => 3600,
         "d" | "day" => 86_400,
-        other => crate::access::token::parse_ttl(other)
+        other => crate::access::duration::parse_ttl(other)
             .map_err(|e| format!("the period of `{text}`: {e}"))? as u64,
     };
     Ok(Rate { calls, per_secs })
@@ -160,17 +160,6 @@ impl Needs {
             }
             Needs::Token => "the token was minted so that a person approves every call it makes",
         }
-    }
-}
-
-/// Whether a token's call of a row (sensitive or not) waits for a person.
-pub fn needs_approval(claims: &crate::access::token::Claims, sensitive: bool) -> Option<Needs> {
-    if claims.watch.approval {
-        Some(Needs::Token)
-    } else if sensitive && claims.risk < crate::access::token::Risk::High {
-        Some(Needs::Sensitive)
-    } else {
-        None
     }
 }
 

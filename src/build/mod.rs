@@ -26,7 +26,7 @@ use crate::row::diag::{Diagnostic, Format, render};
 use crate::row::urls::Urls;
 use anyhow::{Context as _, Result, anyhow};
 use history::History;
-use site::{Common, SiteMeta};
+use pages::{Common, SiteMeta};
 use snapshot::{BuildInfo, Counts};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -505,8 +505,8 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                     .collect();
                 let bar = progress_bar(opts.progress, contracts.len() as u64);
                 let previous = opts.out.is_dir().then_some(opts.out.as_path());
-                let listings: Vec<site::Listing> =
-                    contracts.iter().map(site::Listing::of).collect();
+                let listings: Vec<pages::Listing> =
+                    contracts.iter().map(pages::Listing::of).collect();
                 let enabled: Vec<&Row> = enabled.iter().collect();
                 // The index and category pages on a thread of their own beside the contracts'
                 // workers, which take their rows in batches and so leave it its share.

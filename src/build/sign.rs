@@ -74,7 +74,7 @@ pub fn sign(site: &Path, how: &Signing) -> Result<Manifest> {
 
 /// Why a follower refused a published build.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub enum BuildRefusal {
     #[error("the build is not signed (no build.json.sig)")]
     Unsigned,
     #[error("the build's signature does not hold: {0}")]
@@ -87,15 +87,15 @@ pub enum Refusal {
     Expired(String),
 }
 
-impl Refusal {
+impl BuildRefusal {
     /// The reason as `/metrics` labels it.
     pub fn code(&self) -> &'static str {
         match self {
-            Refusal::Unsigned => "unsigned",
-            Refusal::BadSignature(_) => "bad_signature",
-            Refusal::Unnumbered => "unnumbered",
-            Refusal::Rollback { .. } => "rollback",
-            Refusal::Expired(_) => "expired",
+            BuildRefusal::Unsigned => "unsigned",
+            BuildRefusal::BadSignature(_) => "bad_signature",
+            BuildRefusal::Unnumbered => "unnumbered",
+            BuildRefusal::Rollback { .. } => "rollback",
+            BuildRefusal::Expired(_) => "expired",
         }
     }
 }
@@ -106,16 +106,16 @@ pub fn verify<'k>(
     manifest_bytes: &[u8],
     signature: Option<&str>,
     trusted: &'k [Verifier],
-) -> Result<&'k Verifier, Refusal> {
-    let signature = signature.ok_or(Refusal::Unsigned)?;
+) -> Result<&'k Verifier, BuildRefusal> {
+    let signature = signature.ok_or(BuildRefusal::Unsigned)?;
     let (text, key) = note::open_any(signature, trusted).map_err(|e| match e {
         NoteError::Unsigned(_) => {
-            Refusal::BadSignature("no signature by a trusted key".to_string())
+            BuildRefusal::BadSignature("no signature by a trusted key".to_string())
         }
-        other => Refusal::BadSignature(other.to_string()),
+        other => BuildRefusal::BadSignature(other.to_string()),
     })?;
     if text != note_text(manifest_bytes) {
-        return Err(Refusal::BadSignature(
+        return Err(BuildRefusal::BadSignature(
             "the signature is of another manifest".into(),
         ));
     }
@@ -123,9 +123,9 @@ pub fn verify<'k>(
 }
 
 /// Is the signed `manifest` acceptable after the build `held` (the one served), at `now`?
-pub fn admit(manifest: &Manifest, held: Option<&Manifest>, now: i64) -> Result<(), Refusal> {
+pub fn admit(manifest: &Manifest, held: Option<&Manifest>, now: i64) -> Result<(), BuildRefusal> {
     let (Some(number), Some(expires)) = (manifest.number, manifest.expires.as_deref()) else {
-        return Err(Refusal::Unnumbered);
+        return Err(BuildRefusal::Unnumbered);
     };
     if let Some(held) = held
         && let Some(held_number) = held.number
@@ -133,16 +133,16 @@ pub fn admit(manifest: &Manifest, held: Option<&Manifest>, now: i64) -> Result<(
     {
         // The same number is the same build signed again (a later expiry), never another
         // commit: history rewritten to the same count is refused like an older build.
-        return Err(Refusal::Rollback {
+        return Err(BuildRefusal::Rollback {
             offered: number,
             held: held_number,
         });
     }
     let expiry = chrono::DateTime::parse_from_rfc3339(expires)
-        .map_err(|_| Refusal::Unnumbered)?
+        .map_err(|_| BuildRefusal::Unnumbered)?
         .timestamp();
     if expiry <= now {
-        return Err(Refusal::Expired(expires.to_string()));
+        return Err(BuildRefusal::Expired(expires.to_string()));
     }
     Ok(())
 }
@@ -158,15 +158,15 @@ mod tests {
         let sig = note::sign(&note_text(bytes), &[&key]).unwrap();
         let trusted = [key.verifier()];
         assert!(verify(bytes, Some(&sig), &trusted).is_ok());
-        assert_eq!(verify(bytes, None, &trusted), Err(Refusal::Unsigned));
+        assert_eq!(verify(bytes, None, &trusted), Err(BuildRefusal::Unsigned));
         assert!(matches!(
             verify(br#"{"format":2}"#, Some(&sig), &trusted),
-            Err(Refusal::BadSignature(_))
+            Err(BuildRefusal::BadSignature(_))
         ));
         let stranger = [Signer::generate("site.test").unwrap().verifier()];
         assert!(matches!(
             verify(bytes, Some(&sig), &stranger),
-            Err(Refusal::BadSignature(_))
+            Err(BuildRefusal::BadSignature(_))
         ));
     }
 }

@@ -5,8 +5,9 @@
 //! needs no server.
 
 use crate::build::contract::{Contract, Tombstone};
-use crate::build::pages::{self, Frame, Links, Templates};
-use crate::build::snapshot::{BuildInfo, Counts};
+use crate::build::pages::{
+    self, BoundCredential, Category, Common, Frame, Links, Listing, Refused, Templates,
+};
 use crate::build::{parts, projection};
 use crate::row::Row;
 use crate::row::binding::Bindings;
@@ -39,37 +40,6 @@ fn inline_markdown(md: &str) -> String {
         .and_then(|s| s.strip_suffix("</p>"))
         .unwrap_or(trimmed)
         .to_string()
-}
-
-/// What every page's layout needs.
-pub struct Common<'a> {
-    pub site: SiteMeta,
-    pub counts: &'a Counts,
-    pub build: &'a BuildInfo,
-    /// The repository's web address, for commit links.
-    pub repo_url: Option<String>,
-    /// The dispatcher's public address; none when the catalogue has no public dispatcher.
-    pub dispatcher: Option<String>,
-    /// What the pages are rendered with.
-    pub templates: &'a Templates,
-}
-
-#[derive(Clone)]
-pub struct SiteMeta {
-    pub title: String,
-    pub summary: String,
-}
-
-impl SiteMeta {
-    pub fn default_for(counts: &Counts) -> SiteMeta {
-        SiteMeta {
-            title: "capdir catalogue".into(),
-            summary: format!(
-                "{} capabilities an agent can ask for in plain words, read as a small contract, and invoke by key with a receipt. Kept as data in Git.",
-                counts.enabled.value
-            ),
-        }
-    }
 }
 
 fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
@@ -410,100 +380,11 @@ pub fn write_tombstone(out: &Path, common: &Common, t: &Tombstone) -> Result<()>
     write(&dir.join(format!("{}.html", t.key)), page)
 }
 
-/// What the index, category and search pages say of one row: read from its contract in a
-/// full build, from the row and its history in an incremental one.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Listing {
-    pub key: String,
-    pub category: String,
-    pub what: String,
-    pub kind: &'static str,
-    pub risk: &'static str,
-    pub created_at: String,
-    pub updated_at: String,
-    /// The subject of the last commit that changed the row.
-    pub subject: String,
-    /// How many commits changed it.
-    pub changes: usize,
-}
-
-impl Listing {
-    pub fn of(c: &Contract) -> Listing {
-        Listing {
-            key: c.key.clone(),
-            category: c.category.clone(),
-            what: c.what.clone(),
-            kind: c.kind,
-            risk: c.risk,
-            created_at: c.created_at.clone().unwrap_or_default(),
-            updated_at: c.updated_at.clone().unwrap_or_default(),
-            subject: c
-                .history
-                .first()
-                .map(|h| h.subject.clone())
-                .unwrap_or_default(),
-            changes: c.history.len(),
-        }
-    }
-
-    /// The same as [`Listing::of`] the row's contract gives, without making the contract.
-    pub fn new(row: &Row, history: &[crate::build::history::Change]) -> Listing {
-        Listing {
-            key: row.key.clone(),
-            category: row.category.clone(),
-            what: row.doc().what.clone().unwrap_or_default(),
-            kind: row.kind.as_str(),
-            risk: if row.sensitive { "high" } else { "low" },
-            created_at: history
-                .last()
-                .map(|c| c.commit.date.clone())
-                .unwrap_or_default(),
-            updated_at: history
-                .first()
-                .map(|c| c.commit.date.clone())
-                .unwrap_or_default(),
-            subject: history
-                .first()
-                .map(|c| c.commit.subject.clone())
-                .unwrap_or_default(),
-            changes: history.len(),
-        }
-    }
-}
-
-/// A category and its rows, in listing order.
-#[derive(serde::Serialize)]
-pub struct Category<'a> {
-    pub name: String,
-    pub rows: Vec<&'a Listing>,
-}
-
 /// How many rows the index's "recently" lists show.
 const RECENT: usize = 8;
 
 /// The page that lists where each credential may go.
 pub const CREDENTIALS_PAGE: &str = "credentials.html";
-
-/// One bound credential on the credentials page.
-#[derive(serde::Serialize)]
-pub struct BoundCredential<'a> {
-    pub env: &'a str,
-    pub origins: Vec<String>,
-    pub methods: &'a [String],
-    /// The rows the binding lets use it (none: any row).
-    pub keys: &'a [String],
-    pub categories: &'a [String],
-    /// The enabled rows that name it and may use it.
-    pub rows: Vec<&'a str>,
-}
-
-/// A credential rows name that no binding lets them use, and those rows.
-#[derive(serde::Serialize)]
-pub struct Refused<'a> {
-    pub env: String,
-    pub code: &'static str,
-    pub rows: Vec<&'a str>,
-}
 
 /// `credentials.html`: every credential `bindings` bind, where it may go and which of `rows`
 /// use it; and any credential a row names that is not bound for it (calls refused).
@@ -654,59 +535,6 @@ pub fn write_pages(
     }
 
     Ok(())
-}
-
-/// What the dispatcher's receipt page shows.
-pub struct ReceiptPage<'a> {
-    pub id: &'a str,
-    /// The receipt's fields: all of them for `full`, else the keyless confirmation's.
-    pub receipt: Option<serde_json::Value>,
-    pub full: bool,
-    /// Why the full receipt is not shown, when a credential was refused or nothing was found.
-    pub error: Option<PageError<'a>>,
-}
-
-/// An error on a page, with the same code, message and fix as the JSON answer.
-#[derive(serde::Serialize)]
-pub struct PageError<'a> {
-    pub code: &'a str,
-    pub message: &'a str,
-    pub how_to_fix: &'a str,
-}
-
-/// The receipt page the dispatcher serves at `/receipt/inv_…`, in the site's layout.
-/// Rendered with capdir's own templates (parsed once): the receipt page is fixed, and the
-/// dispatcher reads no templates from the site it serves.
-pub fn receipt_page(info: &BuildInfo, page: &ReceiptPage) -> Result<String> {
-    static BUILTIN: std::sync::OnceLock<Templates> = std::sync::OnceLock::new();
-    let templates = BUILTIN.get_or_init(Templates::builtin);
-    let common = Common {
-        site: SiteMeta::default_for(&info.counts),
-        counts: &info.counts,
-        build: info,
-        repo_url: None,
-        dispatcher: None,
-        templates,
-    };
-    // A field the receipt lacks (a keyless confirmation has fewer) shows as nothing.
-    let receipt = page.receipt.clone().map(|mut r| {
-        if let Some(fields) = r.as_object_mut() {
-            for name in pages::RECEIPT_FIELDS {
-                fields
-                    .entry(name.to_string())
-                    .or_insert(serde_json::Value::Null);
-            }
-        }
-        r
-    });
-    let html = pages::ReceiptHtml {
-        f: Frame::of(&common, "/"),
-        id: page.id,
-        r: receipt.as_ref(),
-        full: page.full,
-        error: page.error.as_ref(),
-    };
-    templates.render("receipt.html", &html)
 }
 
 /// registry.json, counts.json, mcp/tools.json, llms.txt and sitemap.xml.
@@ -951,7 +779,7 @@ mod tests {
         let counts = Counts::of([row]);
         let info = unbuilt(&counts);
         let common = super::Common {
-            site: super::SiteMeta::default_for(&counts),
+            site: crate::build::pages::SiteMeta::default_for(&counts),
             counts: &counts,
             build: &info,
             repo_url: None,
@@ -1079,7 +907,7 @@ mod tests {
         let counts = Counts::of(rows.iter());
         let info = unbuilt(&counts);
         let common = super::Common {
-            site: super::SiteMeta::default_for(&counts),
+            site: crate::build::pages::SiteMeta::default_for(&counts),
             counts: &counts,
             build: &info,
             repo_url: None,
@@ -1109,6 +937,8 @@ mod tests {
 #[cfg(test)]
 mod part_tests {
     use super::*;
+    use crate::build::pages::SiteMeta;
+    use crate::build::snapshot::{BuildInfo, Counts};
     use crate::row::{catalogue, parse_row};
     use serde_json::Value;
 

@@ -71,7 +71,7 @@ struct Publish {
 }
 
 fn parse_duration(s: &str) -> Result<i64, String> {
-    crate::access::token::parse_ttl(s)
+    crate::access::duration::parse_ttl(s)
 }
 
 impl Publish {

@@ -9,7 +9,6 @@ mod build;
 mod check;
 mod eval;
 mod import;
-mod import_mcp;
 mod invoke;
 mod key;
 mod ledger;

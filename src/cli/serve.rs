@@ -156,7 +156,7 @@ fn read_public_key(text: &str) -> anyhow::Result<crate::trust::note::Verifier> {
 }
 
 fn parse_ttl_secs(s: &str) -> Result<u64, String> {
-    crate::access::token::parse_ttl(s).map(|n| n as u64)
+    crate::access::duration::parse_ttl(s).map(|n| n as u64)
 }
 
 fn parse_seconds(s: &str) -> Result<u64, String> {

@@ -4,8 +4,9 @@
 //! Minting lives with the command, not in `access/`: it reads a built site and writes the
 //! ledger, and the ledger already depends on `access/` for the claims it stores.
 
-use crate::access::token::{self, Claims, Risk, TokenKey, Watch};
+use crate::access::token::{self, Claims, Risk, TokenKey};
 use crate::access::watch;
+use crate::access::watch::Watch;
 use crate::invoke::rowset::RowSet;
 use crate::ledger::{Ledger, Location, TokenEntry};
 use anyhow::{Result, bail};
@@ -159,7 +160,7 @@ impl Request {
         let max_repeats = match positive("--max-repeats", self.max_repeats)? {
             Some(calls) => Some(watch::Rate {
                 calls,
-                per_secs: token::parse_ttl(&self.repeat_window)
+                per_secs: crate::access::duration::parse_ttl(&self.repeat_window)
                     .map_err(|e| anyhow::anyhow!("--repeat-window: {e}"))?
                     as u64,
             }),
@@ -261,7 +262,7 @@ pub async fn mint(
     }
     let risk = Risk::parse(&req.risk)
         .ok_or_else(|| anyhow::anyhow!("--risk is low or high, not `{}`", req.risk))?;
-    let ttl = token::parse_ttl(&req.ttl).map_err(anyhow::Error::msg)?;
+    let ttl = crate::access::duration::parse_ttl(&req.ttl).map_err(anyhow::Error::msg)?;
     let audience = req.audience.trim().trim_end_matches('/').to_string();
     if !(audience.starts_with("http://") || audience.starts_with("https://")) {
         bail!("--audience is the dispatcher's base URL, e.g. https://capdir.example.org");

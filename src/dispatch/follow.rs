@@ -17,7 +17,7 @@
 //! `--trust`, digests prove the files match the manifest, not who made it, and the log says so.
 
 use crate::build::manifest::{self, Manifest};
-use crate::build::sign::{self, Refusal};
+use crate::build::sign::{self, BuildRefusal};
 use crate::trust::note::Verifier;
 use anyhow::{Context as _, Result, anyhow, bail};
 use futures_util::TryStreamExt as _;
@@ -143,7 +143,7 @@ pub struct Follower {
 
 /// Why an update failed: who published it (refused), or anything else (the fetch, a digest).
 enum Failed {
-    Refused(Refusal),
+    Refused(BuildRefusal),
     Other(anyhow::Error),
 }
 
@@ -153,8 +153,8 @@ impl From<anyhow::Error> for Failed {
     }
 }
 
-impl From<Refusal> for Failed {
-    fn from(r: Refusal) -> Failed {
+impl From<BuildRefusal> for Failed {
+    fn from(r: BuildRefusal) -> Failed {
         Failed::Refused(r)
     }
 }
@@ -315,7 +315,7 @@ impl Follower {
     }
 
     /// The build held is past its expiry: whatever the host answers, say so (a freeze).
-    fn held_expired(&self, held: Option<&Manifest>) -> Result<(), Refusal> {
+    fn held_expired(&self, held: Option<&Manifest>) -> Result<(), BuildRefusal> {
         if self.trust.is_none() {
             return Ok(());
         }

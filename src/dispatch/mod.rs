@@ -421,9 +421,9 @@ impl Dispatcher {
     pub async fn holder_refusal(
         &self,
         claims: &token::Claims,
-    ) -> Result<Option<token::Refusal>, DispatchError> {
+    ) -> Result<Option<token::TokenRefusal>, DispatchError> {
         if self.revoked(claims).await? {
-            return Ok(Some(token::Refusal {
+            return Ok(Some(token::TokenRefusal {
                 reason: Reason::Revoked,
                 message: format!("token {} was revoked", claims.id),
             }));
@@ -563,7 +563,7 @@ impl Dispatcher {
                     fingerprint: &contract_sha256,
                 };
                 if approved.is_none() {
-                    needs = crate::access::watch::needs_approval(claims, callable.row.sensitive);
+                    needs = crate::access::token::needs_approval(claims, callable.row.sensitive);
                 }
                 // A person stands in for the risk ceiling: one who approved, or who will be asked.
                 let by_person = approved.is_some() || needs.is_some();

@@ -6,8 +6,8 @@
 
 use crate::import::docstring;
 use crate::import::document::Version;
-use crate::import::draft::{ARG_DESCRIPTION_CHARS, Arg, Context, Place, note};
 use crate::import::operation::{Body, In, Param};
+use crate::import::parts::{ARG_DESCRIPTION_CHARS, Arg, Context, Place, note};
 use crate::import::schema::{self, SchemaReader};
 use crate::import::{Note, text};
 use crate::row::expand::{BodyKind, Mode};

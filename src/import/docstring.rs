@@ -2,8 +2,8 @@
 //! ARGS naming the arguments in order, EX from the document's example, OUTPUT from the success
 //! response; markdown made plain and each line cut to its budget.
 
-use crate::import::draft::{Arg, Place};
 use crate::import::operation::Operation;
+use crate::import::parts::{Arg, Place};
 use crate::import::{schema, text};
 use serde_json::Value as Json;
 

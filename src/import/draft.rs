@@ -15,88 +15,19 @@
 
 use crate::check::slug;
 use crate::import::arguments::{body_args, param_arg, piece};
-use crate::import::auth::Schemes;
-use crate::import::document::Document;
-use crate::import::operation::{In, Operation};
-use crate::import::schema::{self, Refs, SchemaReader};
-use crate::import::{Note, Options, docstring, server, text, yaml};
+use crate::import::operation::{In, Operation, path_params};
+use crate::import::parts::{Arg, Context, Draft, Place, note};
+use crate::import::schema::{self, SchemaReader};
+use crate::import::{Note, docstring, server, text, yaml};
 use crate::row::args::ArgSchema;
 use crate::row::expand::{BodyKind, Mode};
 use crate::row::target::HttpTarget;
 use serde_json::{Map, Value as Json, json};
 
-/// Characters of an argument's description.
-pub const ARG_DESCRIPTION_CHARS: usize = 200;
 /// An `input_schema` larger than this (compact JSON) loses nested descriptions, then depth.
 pub const SCHEMA_BYTES: usize = 24 * 1024;
 /// Examples kept per row.
 const MAX_EXAMPLES: usize = 3;
-
-/// A row drafted from an operation, before its key is final.
-#[derive(Debug, Clone)]
-pub struct Draft {
-    /// The key's words before it is made unique (see `key.rs`).
-    pub name: Vec<String>,
-    pub operation: String,
-    pub operation_id: Option<String>,
-    pub target: String,
-    /// The base URL the target starts with (where its credential goes).
-    pub base: String,
-    pub auth: String,
-    pub category: String,
-    pub sensitive: bool,
-    pub input_schema: Json,
-    pub examples: Vec<String>,
-    pub doc: Vec<String>,
-    pub payload: String,
-    pub asks: Vec<String>,
-    pub notes: Vec<Note>,
-}
-
-/// What the document gives every operation.
-pub struct Context<'d> {
-    pub doc: &'d Document,
-    pub refs: Refs<'d>,
-    pub schemes: Schemes,
-    pub options: &'d Options,
-    /// The document's base URL, or why there is none.
-    pub base: Result<String, String>,
-    pub title: String,
-    /// The start of every credential variable's name (the prefix, or the API's name).
-    pub env_base: String,
-}
-
-/// An argument: a parameter, a body field, or the body whole.
-pub(super) struct Arg {
-    /// Its name in `input_schema` (the parameter's, or with the place in front when two
-    /// places share one: `body_expand`).
-    pub name: String,
-    pub schema: Json,
-    pub examples: Vec<Json>,
-    pub place: Place,
-    pub required: bool,
-}
-
-/// Where an argument goes, and the name it is sent under.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Place {
-    /// A `$N` slot in the path, for this placeholder.
-    Path(String),
-    /// In the query expression, its name percent-encoded.
-    Query(String, Mode),
-    Header(String),
-    /// A field of a JSON object, form or multipart body.
-    Field(String),
-    /// The whole body.
-    Body,
-}
-
-pub(super) fn note(kind: &'static str, message: impl Into<String>) -> Note {
-    Note {
-        kind,
-        message: message.into(),
-    }
-}
 
 /// Draft `op`, or say why it cannot be imported.
 pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
@@ -320,23 +251,6 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
         asks,
         notes,
     })
-}
-
-/// `{name}` placeholders of a path template, in order, each once.
-pub fn path_params(path: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut rest = path;
-    while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}') else {
-            break;
-        };
-        let name = &rest[open + 1..open + close];
-        if !name.is_empty() && !out.iter().any(|n| n == name) {
-            out.push(name.to_string());
-        }
-        rest = &rest[open + close + 1..];
-    }
-    out
 }
 
 /// The target: base URL, the path with `$N` for its parameters, and one query expression.

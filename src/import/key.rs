@@ -4,7 +4,7 @@
 //! come in, so a re-import gives every operation the key it had.
 
 use crate::import::Note;
-use crate::import::draft::Draft;
+use crate::import::parts::Draft;
 use crate::row::is_valid_key;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};

@@ -137,15 +137,18 @@ pub enum ImportError {
         col: usize,
         message: String,
     },
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: String,
-        source: std::io::Error,
-    },
 }
 
-/// Reach the server, list its tools and write their rows into `options.out`.
-pub async fn import(options: &Options) -> Result<Report, ImportError> {
+/// What an import would write: the report, and each file by name in the catalogue directory
+/// with its text (the bindings file first). Nothing is written here: `capdir import` writes.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub report: Report,
+    pub writes: Vec<(String, String)>,
+}
+
+/// Reach the server, list its tools and plan their rows for `options.out`.
+pub async fn import(options: &Options) -> Result<Plan, ImportError> {
     check_options(options)?;
     let (tools, server) = list(options).await?;
     let existing = bindings_file(&options.out)?;
@@ -154,11 +157,11 @@ pub async fn import(options: &Options) -> Result<Report, ImportError> {
     let (rows, skipped) = rows_for(&tools, options, &server, existing.as_ref());
     let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
     let merged = merged(existing.as_ref(), options, &keys)?;
-    let mut report = write(options, rows, merged.write.as_deref())?;
-    report.server = server;
-    report.skipped = skipped;
-    report.bindings = merged.bound;
-    Ok(report)
+    let mut plan = plan(options, rows, merged.write)?;
+    plan.report.server = server;
+    plan.report.skipped = skipped;
+    plan.report.bindings = merged.bound;
+    Ok(plan)
 }
 
 /// The catalogue's bindings file, if it has one.
@@ -563,22 +566,22 @@ fn row_text(
     out
 }
 
-/// Write the rows that changed (and the bindings file, when it changes), after making sure
-/// none overwrites a row of another source.
-fn write(
+/// The rows that changed (and the bindings file, when it changes), after making sure none
+/// would overwrite a row of another source.
+fn plan(
     options: &Options,
     rows: Vec<RowFile>,
-    bindings: Option<&str>,
-) -> Result<Report, ImportError> {
+    bindings: Option<String>,
+) -> Result<Plan, ImportError> {
     let dir = &options.out;
-    std::fs::create_dir_all(dir).map_err(|source| ImportError::Write {
-        path: dir.display().to_string(),
-        source,
-    })?;
-    let existing = catalogue::read_dir(dir).map_err(|source| ImportError::Read {
-        dir: dir.display().to_string(),
-        source,
-    })?;
+    let existing = if dir.is_dir() {
+        catalogue::read_dir(dir).map_err(|source| ImportError::Read {
+            dir: dir.display().to_string(),
+            source,
+        })?
+    } else {
+        Vec::new()
+    };
     // Every row already there, by key: is it one of this server's (and which tool)?
     let mut by_key: BTreeMap<String, (PathBuf, Option<String>)> = BTreeMap::new();
     for file in &existing {
@@ -614,36 +617,27 @@ fn write(
             report.stale.push((key.clone(), tool.clone()));
         }
     }
+    let mut writes = Vec::new();
     if let Some(text) = bindings {
-        crate::atomic::write(&dir.join(crate::row::binding::FILE), text.as_bytes()).map_err(
-            |source| ImportError::Write {
-                path: crate::row::binding::FILE.to_string(),
-                source,
-            },
-        )?;
+        writes.push((crate::row::binding::FILE.to_string(), text));
     }
-    for row in &rows {
-        let path = dir.join(format!("{}.yaml", row.key));
-        let same = std::fs::read(&path).is_ok_and(|b| b == row.text.as_bytes());
-        if !same {
-            crate::atomic::write(&path, row.text.as_bytes()).map_err(|source| {
-                ImportError::Write {
-                    path: path.display().to_string(),
-                    source,
-                }
-            })?;
-        }
+    for row in rows {
+        let name = format!("{}.yaml", row.key);
+        let same = std::fs::read(dir.join(&name)).is_ok_and(|b| b == row.text.as_bytes());
         report.rows.push(Entry {
-            tool: row.tool.clone(),
-            key: row.key.clone(),
+            tool: row.tool,
+            key: row.key,
             change: if same {
                 Change::Unchanged
             } else {
                 Change::Written
             },
         });
+        if !same {
+            writes.push((name, row.text));
+        }
     }
-    Ok(report)
+    Ok(Plan { report, writes })
 }
 
 #[cfg(test)]

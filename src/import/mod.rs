@@ -25,6 +25,7 @@ pub mod draft;
 pub mod key;
 pub mod mcp;
 pub mod operation;
+pub mod parts;
 mod plan;
 mod provenance;
 pub mod schema;
@@ -34,7 +35,7 @@ pub mod yaml;
 
 use crate::row::catalogue::SourceFile;
 use document::{Document, DocumentError};
-use draft::{Context, Draft};
+use parts::{Context, Draft};
 use plan::Planned;
 use provenance::{OnDisk, read_marker};
 use serde::Serialize;

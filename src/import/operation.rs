@@ -369,3 +369,20 @@ fn swagger_body<'d>(
         fields,
     })
 }
+
+/// `{name}` placeholders of a path template, in order, each once.
+pub fn path_params(path: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        let name = &rest[open + 1..open + close];
+        if !name.is_empty() && !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+        rest = &rest[open + close + 1..];
+    }
+    out
+}

@@ -3,7 +3,7 @@
 //! not answer with its row is left out), compared with the catalogue as it was. The gate
 //! judges the rows' credentials with the bindings file the import will write.
 
-use crate::import::draft::Draft;
+use crate::import::parts::Draft;
 use crate::import::{Note, Report, bindings, provenance};
 use crate::row::catalogue::SourceFile;
 use crate::row::diag::Diagnostic;

@@ -3,7 +3,7 @@
 //! absolute against the document's own URL when it was fetched, or `--server` instead.
 
 use crate::import::document::{Document, Version, escape_pointer};
-use crate::import::draft::path_params;
+use crate::import::operation::path_params;
 use serde_json::{Value as Json, json};
 
 /// The server URL a `servers` list names: its first entry, variables at their defaults,

@@ -53,7 +53,7 @@ pub struct Binding {
 /// Why a credential may not go where a row would send it; `code` is stable (a check code, and
 /// the runner's `ERR:auth:CODE:ENV`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub struct BindingRefusal {
     pub code: &'static str,
     pub env: String,
     pub message: String,
@@ -199,7 +199,7 @@ impl Bindings {
         method: &str,
         key: &str,
         category: &str,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), BindingRefusal> {
         self.admit_to(env, url, method, key, category, Origin::admits)
     }
 
@@ -212,7 +212,7 @@ impl Bindings {
         method: &str,
         key: &str,
         category: &str,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), BindingRefusal> {
         self.admit_to(env, url, method, key, category, Origin::same_origin)
     }
 
@@ -224,10 +224,10 @@ impl Bindings {
         key: &str,
         category: &str,
         admits: fn(&Origin, &Url) -> bool,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), BindingRefusal> {
         let binding = self.binding_for(env, key, category)?;
         let refuse = |code: &'static str, message: String| {
-            Err(Refusal {
+            Err(BindingRefusal {
                 code,
                 env: env.to_string(),
                 message,
@@ -267,12 +267,12 @@ impl Bindings {
     }
 
     /// May row `key` hand `env` to the MCP server it starts as a command (`env:`)?
-    pub fn admit_stdio(&self, env: &str, key: &str, category: &str) -> Result<(), Refusal> {
+    pub fn admit_stdio(&self, env: &str, key: &str, category: &str) -> Result<(), BindingRefusal> {
         let binding = self.binding_for(env, key, category)?;
         if binding.origins.iter().any(|o| o.trim() == STDIO) {
             return Ok(());
         }
-        Err(Refusal {
+        Err(BindingRefusal {
             code: "origin_not_bound",
             env: env.to_string(),
             message: format!(
@@ -283,8 +283,13 @@ impl Bindings {
     }
 
     /// The binding of `env`, if row `key` in `category` may use it at all.
-    pub fn binding_for(&self, env: &str, key: &str, category: &str) -> Result<&Binding, Refusal> {
-        let refuse = |code: &'static str, message: String| Refusal {
+    pub fn binding_for(
+        &self,
+        env: &str,
+        key: &str,
+        category: &str,
+    ) -> Result<&Binding, BindingRefusal> {
+        let refuse = |code: &'static str, message: String| BindingRefusal {
             code,
             env: env.to_string(),
             message,
@@ -331,7 +336,7 @@ impl Layered {
         method: &str,
         key: &str,
         category: &str,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), BindingRefusal> {
         self.catalogue.admit(env, url, method, key, category)?;
         match &self.narrowing {
             Some(n) => n.admit(env, url, method, key, category),
@@ -339,7 +344,7 @@ impl Layered {
         }
     }
 
-    pub fn admit_stdio(&self, env: &str, key: &str, category: &str) -> Result<(), Refusal> {
+    pub fn admit_stdio(&self, env: &str, key: &str, category: &str) -> Result<(), BindingRefusal> {
         self.catalogue.admit_stdio(env, key, category)?;
         match &self.narrowing {
             Some(n) => n.admit_stdio(env, key, category),

@@ -100,7 +100,7 @@ pub(super) async fn result(
     })?;
     let wait = match q.wait.as_deref() {
         None => Duration::ZERO,
-        Some(w) => crate::access::token::parse_ttl(w)
+        Some(w) => crate::access::duration::parse_ttl(w)
             .map(|s| Duration::from_secs(s as u64).min(MAX_WAIT))
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e, "use ?wait=30s"))?,
     };

@@ -136,11 +136,11 @@ async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Respon
             Err(e) => (Some(keyless(&r)), false, Some(e)),
         },
     };
-    let page = crate::build::site::ReceiptPage {
+    let page = crate::build::pages::ReceiptPage {
         id,
         receipt,
         full,
-        error: refusal.as_ref().map(|e| crate::build::site::PageError {
+        error: refusal.as_ref().map(|e| crate::build::pages::PageError {
             code: e.0.code,
             message: &e.0.message,
             how_to_fix: &e.0.how_to_fix,
@@ -153,9 +153,9 @@ async fn receipt_page(state: &AppState, id: &str, headers: &HeaderMap) -> Respon
 fn html_page(
     state: &AppState,
     status: StatusCode,
-    page: &crate::build::site::ReceiptPage,
+    page: &crate::build::pages::ReceiptPage,
 ) -> Response {
-    match crate::build::site::receipt_page(&state.live().info, page) {
+    match crate::build::pages::receipt_page(&state.live().info, page) {
         Ok(html) => (
             status,
             [

@@ -451,7 +451,7 @@ struct Stamp {
 enum Outcome {
     Done(Box<Done>),
     /// A token's scope or risk ceiling said no.
-    Token(token::Refusal),
+    Token(token::TokenRefusal),
     /// The gate said no.
     Refused(Vec<Diagnostic>),
 }
@@ -605,7 +605,7 @@ impl Writer {
                 .await
                 .map_err(|e| WriteError::unavailable("the revocation list could not be read", e))?;
             let refusal = if revoked {
-                Some(token::Refusal {
+                Some(token::TokenRefusal {
                     reason: Reason::Revoked,
                     message: format!("token {} was revoked", claims.id),
                 })
@@ -632,7 +632,7 @@ impl Writer {
             Outcome::Token(r) => Err(self.refuse_token(caller, &request, &stamp, r).await),
             Outcome::Refused(diagnostics) => {
                 let receipt = self
-                    .receipt(caller, &request, &stamp, Refusal::Gate(&diagnostics))
+                    .receipt(caller, &request, &stamp, Ending::GateRefused(&diagnostics))
                     .await
                     .ok()
                     .map(Box::new);
@@ -643,7 +643,7 @@ impl Writer {
             }
             Outcome::Done(done) => {
                 let receipt = self
-                    .receipt(caller, &request, &stamp, Refusal::None(&done))
+                    .receipt(caller, &request, &stamp, Ending::Done(&done))
                     .await
                     .map_err(|e| WriteError::unavailable("the receipt could not be written", e))?;
                 Ok(Written {
@@ -666,10 +666,10 @@ impl Writer {
         caller: &Caller,
         request: &Request,
         stamp: &Stamp,
-        r: token::Refusal,
+        r: token::TokenRefusal,
     ) -> WriteError {
         let receipt = self
-            .receipt(caller, request, stamp, Refusal::Token(&r))
+            .receipt(caller, request, stamp, Ending::TokenRefused(&r))
             .await
             .ok()
             .map(Box::new);
@@ -686,7 +686,7 @@ impl Writer {
         caller: &Caller,
         request: &Request,
         stamp: &Stamp,
-        outcome: Refusal<'_>,
+        outcome: Ending<'_>,
     ) -> anyhow::Result<Receipt> {
         let known = self.dispatcher.secrets();
         let input = match &request.op {
@@ -696,7 +696,7 @@ impl Writer {
             Op::Delete { replaced_by } => json!({"replaced_by": replaced_by}).to_string(),
         };
         let (status, error_code, output, contract, commit) = match outcome {
-            Refusal::None(done) => (
+            Ending::Done(done) => (
                 Status::ProvenMaterialResult,
                 None,
                 json!({
@@ -710,14 +710,14 @@ impl Writer {
                 done.fingerprint.clone(),
                 done.commit.clone(),
             ),
-            Refusal::Token(r) => (
+            Ending::TokenRefused(r) => (
                 Status::Refused,
                 Some(r.reason.as_str().to_string()),
                 format!("ERR:{}:{}", r.reason.as_str(), r.message),
                 String::new(),
                 self.dispatcher.live().info.commit.clone(),
             ),
-            Refusal::Gate(diags) => (
+            Ending::GateRefused(diags) => (
                 Status::Refused,
                 Some("refused".to_string()),
                 format!(
@@ -1080,10 +1080,10 @@ impl std::fmt::Display for Laps {
 }
 
 /// What a receipt records of how a write ended.
-enum Refusal<'a> {
-    None(&'a Done),
-    Token(&'a token::Refusal),
-    Gate(&'a [Diagnostic]),
+enum Ending<'a> {
+    Done(&'a Done),
+    TokenRefused(&'a token::TokenRefusal),
+    GateRefused(&'a [Diagnostic]),
 }
 
 /// The commit's author: the owner, or the token by its id (never the token).

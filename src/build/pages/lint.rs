@@ -5,7 +5,7 @@
 //! sample, which finds what a walk cannot (a filter given the wrong kind of value).
 
 use super::sample;
-use super::set::Templates;
+use super::set::{Templates, chain};
 use crate::row::diag::Diagnostic;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -132,19 +132,6 @@ pub(super) fn parse_error(
         message,
         "fix the tag tera names (tera's syntax: https://keats.github.io/tera/docs/)",
     )
-}
-
-/// An error and its causes, one after the other.
-pub(super) fn chain(e: &tera::Error) -> String {
-    use std::error::Error as _;
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// What a name stands for where it is read: a value of the sample page, or something whose

@@ -7,6 +7,7 @@
 
 mod graph;
 mod lint;
+mod load;
 pub mod machine;
 mod sample;
 mod set;
@@ -15,9 +16,10 @@ pub use sample::RECEIPT_FIELDS;
 pub use set::{ASSETS, FIXED, OVERRIDABLE, TemplateErrors, Templates, beside, escape_html};
 
 use crate::build::contract::{Contract, Tombstone};
-use crate::build::site::{BoundCredential, Category, Common, Listing, PageError, Refused};
-use crate::build::snapshot::Counts;
+use crate::build::snapshot::{BuildInfo, Counts};
+use crate::row::Row;
 use crate::row::diag::Diagnostic;
+use anyhow::Result;
 use serde::Serialize;
 
 /// What the layout shows around every page.
@@ -197,4 +199,177 @@ pub fn check_templates(
             Err(e) => Err(e),
         },
     }
+}
+
+/// What every page's layout needs.
+pub struct Common<'a> {
+    pub site: SiteMeta,
+    pub counts: &'a Counts,
+    pub build: &'a BuildInfo,
+    /// The repository's web address, for commit links.
+    pub repo_url: Option<String>,
+    /// The dispatcher's public address; none when the catalogue has no public dispatcher.
+    pub dispatcher: Option<String>,
+    /// What the pages are rendered with.
+    pub templates: &'a Templates,
+}
+
+#[derive(Clone)]
+pub struct SiteMeta {
+    pub title: String,
+    pub summary: String,
+}
+
+impl SiteMeta {
+    pub fn default_for(counts: &Counts) -> SiteMeta {
+        SiteMeta {
+            title: "capdir catalogue".into(),
+            summary: format!(
+                "{} capabilities an agent can ask for in plain words, read as a small contract, and invoke by key with a receipt. Kept as data in Git.",
+                counts.enabled.value
+            ),
+        }
+    }
+}
+
+/// What the index, category and search pages say of one row: read from its contract in a
+/// full build, from the row and its history in an incremental one.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Listing {
+    pub key: String,
+    pub category: String,
+    pub what: String,
+    pub kind: &'static str,
+    pub risk: &'static str,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The subject of the last commit that changed the row.
+    pub subject: String,
+    /// How many commits changed it.
+    pub changes: usize,
+}
+
+impl Listing {
+    pub fn of(c: &Contract) -> Listing {
+        Listing {
+            key: c.key.clone(),
+            category: c.category.clone(),
+            what: c.what.clone(),
+            kind: c.kind,
+            risk: c.risk,
+            created_at: c.created_at.clone().unwrap_or_default(),
+            updated_at: c.updated_at.clone().unwrap_or_default(),
+            subject: c
+                .history
+                .first()
+                .map(|h| h.subject.clone())
+                .unwrap_or_default(),
+            changes: c.history.len(),
+        }
+    }
+
+    /// The same as [`Listing::of`] the row's contract gives, without making the contract.
+    pub fn new(row: &Row, history: &[crate::build::history::Change]) -> Listing {
+        Listing {
+            key: row.key.clone(),
+            category: row.category.clone(),
+            what: row.doc().what.clone().unwrap_or_default(),
+            kind: row.kind.as_str(),
+            risk: if row.sensitive { "high" } else { "low" },
+            created_at: history
+                .last()
+                .map(|c| c.commit.date.clone())
+                .unwrap_or_default(),
+            updated_at: history
+                .first()
+                .map(|c| c.commit.date.clone())
+                .unwrap_or_default(),
+            subject: history
+                .first()
+                .map(|c| c.commit.subject.clone())
+                .unwrap_or_default(),
+            changes: history.len(),
+        }
+    }
+}
+
+/// A category and its rows, in listing order.
+#[derive(serde::Serialize)]
+pub struct Category<'a> {
+    pub name: String,
+    pub rows: Vec<&'a Listing>,
+}
+
+/// One bound credential on the credentials page.
+#[derive(serde::Serialize)]
+pub struct BoundCredential<'a> {
+    pub env: &'a str,
+    pub origins: Vec<String>,
+    pub methods: &'a [String],
+    /// The rows the binding lets use it (none: any row).
+    pub keys: &'a [String],
+    pub categories: &'a [String],
+    /// The enabled rows that name it and may use it.
+    pub rows: Vec<&'a str>,
+}
+
+/// A credential rows name that no binding lets them use, and those rows.
+#[derive(serde::Serialize)]
+pub struct Refused<'a> {
+    pub env: String,
+    pub code: &'static str,
+    pub rows: Vec<&'a str>,
+}
+
+/// What the dispatcher's receipt page shows.
+pub struct ReceiptPage<'a> {
+    pub id: &'a str,
+    /// The receipt's fields: all of them for `full`, else the keyless confirmation's.
+    pub receipt: Option<serde_json::Value>,
+    pub full: bool,
+    /// Why the full receipt is not shown, when a credential was refused or nothing was found.
+    pub error: Option<PageError<'a>>,
+}
+
+/// An error on a page, with the same code, message and fix as the JSON answer.
+#[derive(serde::Serialize)]
+pub struct PageError<'a> {
+    pub code: &'a str,
+    pub message: &'a str,
+    pub how_to_fix: &'a str,
+}
+
+/// The receipt page the dispatcher serves at `/receipt/inv_…`, in the site's layout.
+/// Rendered with capdir's own templates (parsed once): the receipt page is fixed, and the
+/// dispatcher reads no templates from the site it serves.
+pub fn receipt_page(info: &BuildInfo, page: &ReceiptPage) -> Result<String> {
+    static BUILTIN: std::sync::OnceLock<Templates> = std::sync::OnceLock::new();
+    let templates = BUILTIN.get_or_init(Templates::builtin);
+    let common = Common {
+        site: SiteMeta::default_for(&info.counts),
+        counts: &info.counts,
+        build: info,
+        repo_url: None,
+        dispatcher: None,
+        templates,
+    };
+    // A field the receipt lacks (a keyless confirmation has fewer) shows as nothing.
+    let receipt = page.receipt.clone().map(|mut r| {
+        if let Some(fields) = r.as_object_mut() {
+            for name in RECEIPT_FIELDS {
+                fields
+                    .entry(name.to_string())
+                    .or_insert(serde_json::Value::Null);
+            }
+        }
+        r
+    });
+    let html = ReceiptHtml {
+        f: Frame::of(&common, "/"),
+        id: page.id,
+        r: receipt.as_ref(),
+        full: page.full,
+        error: page.error.as_ref(),
+    };
+    templates.render("receipt.html", &html)
 }

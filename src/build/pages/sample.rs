@@ -3,13 +3,10 @@
 
 use super::set::Templates;
 use super::{
-    CategoryPage, CredentialsPage, Frame, IndexPage, Links, ReceiptHtml, RowPage, SearchPage,
-    TombstonePage,
+    BoundCredential, Category, CategoryPage, Common, CredentialsPage, Frame, IndexPage, Links,
+    Listing, PageError, ReceiptHtml, Refused, RowPage, SearchPage, SiteMeta, TombstonePage,
 };
 use crate::build::contract::{Argument, BoundTo, Contract, HistoryLine, Tombstone};
-use crate::build::site::{
-    BoundCredential, Category, Common, Listing, PageError, Refused, SiteMeta,
-};
 use crate::build::snapshot::{BuildInfo, Counts};
 use crate::row::binding::Bindings;
 use serde::Serialize;

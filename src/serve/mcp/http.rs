@@ -37,21 +37,21 @@ fn json_response(status: StatusCode, body: &Json) -> Response {
 }
 
 /// A refusal before a message is answered: the request's id (when known) and why.
-struct Refusal {
+struct MessageRefusal {
     id: Json,
     error: ApiError,
 }
 
-impl Refusal {
-    fn new(id: &Json, error: ApiError) -> Refusal {
-        Refusal {
+impl MessageRefusal {
+    fn new(id: &Json, error: ApiError) -> MessageRefusal {
+        MessageRefusal {
             id: id.clone(),
             error,
         }
     }
 }
 
-impl IntoResponse for Refusal {
+impl IntoResponse for MessageRefusal {
     fn into_response(self) -> Response {
         refuse(&self.id, self.error)
     }
@@ -124,16 +124,16 @@ fn gate_holder(
     state: &AppState,
     headers: &HeaderMap,
     req: &Request,
-) -> Result<(Caller, String), Refusal> {
+) -> Result<(Caller, String), MessageRefusal> {
     let caller = gate(state, headers)?;
     let holder = holder(&caller, req.extensions());
     Ok((caller, holder))
 }
 
 /// Origin and credential: who is calling, or the refusal.
-fn gate(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
+fn gate(state: &AppState, headers: &HeaderMap) -> Result<Caller, MessageRefusal> {
     if !origin_allowed(headers, &state.inner.base) {
-        return Err(Refusal::new(
+        return Err(MessageRefusal::new(
             &Json::Null,
             ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -143,7 +143,7 @@ fn gate(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
             ),
         ));
     }
-    authenticate(state.keys(), headers).map_err(|e| Refusal::new(&Json::Null, e))
+    authenticate(state.keys(), headers).map_err(|e| MessageRefusal::new(&Json::Null, e))
 }
 
 fn not_acceptable(wanted: &str) -> Response {
@@ -164,9 +164,9 @@ fn session_of(
     headers: &HeaderMap,
     holder: &str,
     id: &Json,
-) -> Result<Arc<Session>, Refusal> {
+) -> Result<Arc<Session>, MessageRefusal> {
     let Some(sid) = headers.get(SESSION_HEADER) else {
-        return Err(Refusal::new(
+        return Err(MessageRefusal::new(
             id,
             ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -181,7 +181,7 @@ fn session_of(
         .ok()
         .and_then(|sid| state.inner.mcp.session(sid, holder))
         .ok_or_else(|| {
-            Refusal::new(
+            MessageRefusal::new(
                 id,
                 ApiError::new(
                     StatusCode::NOT_FOUND,
@@ -207,7 +207,7 @@ fn session_of(
             None
         };
         if let Some(message) = problem {
-            return Err(Refusal::new(
+            return Err(MessageRefusal::new(
                 id,
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
