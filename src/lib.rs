@@ -16,6 +16,7 @@ pub mod cli;
 pub mod dispatch;
 pub mod import;
 pub mod invoke;
+pub mod laps;
 pub mod ledger;
 pub mod row;
 pub mod search;

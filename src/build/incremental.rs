@@ -31,6 +31,7 @@ use crate::build::pages::{Common, Listing, SiteMeta};
 use crate::build::site;
 use crate::build::snapshot::{self, BuildInfo, Counts};
 use crate::build::{BuildError, HISTORY_CACHE, Options, git, manifest, parts, tombstones};
+use crate::laps::Laps;
 use crate::row::Row;
 use crate::row::urls::Urls;
 use crate::search::Searcher;
@@ -137,32 +138,6 @@ pub struct Applied {
     pub tombstones: HashMap<String, Option<String>>,
     /// The time each part took.
     pub steps: Vec<(&'static str, Duration)>,
-}
-
-/// The time each step of [`Built::apply`] took, each timed from the end of the one before.
-struct Laps {
-    steps: Vec<(&'static str, Duration)>,
-    clock: Instant,
-}
-
-impl Laps {
-    fn new() -> Laps {
-        Laps {
-            steps: Vec::new(),
-            clock: Instant::now(),
-        }
-    }
-
-    /// The step `name` ends now.
-    fn lap(&mut self, name: &'static str) {
-        self.steps.push((name, self.clock.elapsed()));
-        self.restart();
-    }
-
-    /// The next step starts now.
-    fn restart(&mut self) {
-        self.clock = Instant::now();
-    }
 }
 
 /// What [`Built::apply_rows`] changed: the keys of the rows changed, the fingerprints that
@@ -643,7 +618,7 @@ impl Built {
         staged: Option<IndexState>,
         head: Option<&history::CommitInfo>,
     ) -> Result<Applied> {
-        let mut steps = Laps::new();
+        let mut steps = Laps::default();
         // The index is changed in memory on a thread of its own while the rows, their
         // fingerprints and their contracts are (at 10,000 rows each part was half of this
         // step, one after the other, and the other core was idle). A change of the index that

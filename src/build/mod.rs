@@ -20,6 +20,7 @@ pub mod site;
 pub mod snapshot;
 
 use crate::build::contract::{Contract, Tombstone};
+use crate::laps::Laps;
 use crate::row::Row;
 use crate::row::catalogue;
 use crate::row::diag::{Diagnostic, Format, render};
@@ -117,22 +118,33 @@ pub enum BuildError {
     Other(#[from] anyhow::Error),
 }
 
+/// The build's steps as its report gives them, each with what it made; and the step after
+/// which a test asked the build to stop (`--fail-after`).
 struct Steps {
     report: Report,
-    started: Instant,
+    laps: Laps,
     fail_after: Option<String>,
 }
 
 impl Steps {
+    fn new(fail_after: Option<String>) -> Steps {
+        Steps {
+            report: Report::default(),
+            laps: Laps::default(),
+            fail_after,
+        }
+    }
+
+    /// The step `name` ends now, having made `what`.
     fn done(&mut self, name: &'static str, what: String) -> Result<()> {
-        let took = self.started.elapsed();
+        let took = self.laps.running();
         self.took(name, took, what)
     }
 
     /// A step that ran on its own thread and took `took`; the next step is timed from now.
     fn took(&mut self, name: &'static str, took: Duration, what: String) -> Result<()> {
+        self.laps.took(name, took);
         self.report.steps.push((name, took, what));
-        self.started = Instant::now();
         if self.fail_after.as_deref() == Some(name) {
             return Err(anyhow!("build stopped after step `{name}` as asked"));
         }
@@ -352,11 +364,7 @@ pub fn tombstones(
 }
 
 pub fn run(opts: &Options) -> Result<Report, BuildError> {
-    let mut steps = Steps {
-        report: Report::default(),
-        started: Instant::now(),
-        fail_after: opts.fail_after.clone(),
-    };
+    let mut steps = Steps::new(opts.fail_after.clone());
     // The history walk needs only the repository: it runs alongside check and index, on half
     // the cores (on two, one walker: a second one contending with check for a core made the
     // step no shorter and cost CPU the rest of the build wanted).
@@ -533,7 +541,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
                 .unwrap_or_else(|_| Err(anyhow!("the snapshot thread panicked")));
             (side, pages)
         });
-        let (pages_took, snapshot_took) = (steps.started.elapsed(), side?);
+        let (pages_took, snapshot_took) = (steps.laps.running(), side?);
         let projections_took = projections
             .join()
             .unwrap_or_else(|_| Err(anyhow!("the projections thread panicked")))?;

@@ -760,7 +760,7 @@ impl Writer {
     /// The part of a write that touches files and Git, under the writer's lock.
     fn write_blocking(&self, caller: &Caller, request: &Request) -> Result<Outcome, WriteError> {
         let mut guard = self.built.lock().unwrap_or_else(|p| p.into_inner());
-        let mut laps = Laps(Vec::new(), Some(Instant::now()));
+        let mut laps = crate::laps::Laps::default();
         let head = self
             .catalogue
             .head()
@@ -1055,27 +1055,6 @@ impl Writer {
             }
             Err(e) => tracing::error!(error = %e, "the site could not be built"),
         }
-    }
-}
-
-/// The time each step of a write took, for the log.
-struct Laps(Vec<(&'static str, Duration)>, Option<Instant>);
-
-impl Laps {
-    fn lap(&mut self, name: &'static str) {
-        let now = Instant::now();
-        let since = self.1.replace(now).unwrap_or(now);
-        self.0.push((name, now - since));
-    }
-}
-
-impl std::fmt::Display for Laps {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, (name, t)) in self.0.iter().enumerate() {
-            let sep = if i == 0 { "" } else { ", " };
-            write!(f, "{sep}{name} {:.1} ms", t.as_secs_f64() * 1000.0)?;
-        }
-        Ok(())
     }
 }
 
