@@ -25,7 +25,7 @@ pub mod trust;
 pub mod write;
 
 /// A map for lookups on a hot path (every row, every word): foldhash, seeded anew for each
-/// map, instead of SipHash, which was a fifth of reading a site's index back at 10,000 rows.
+/// map, instead of SipHash, whose hashing is a large part of reading a site's index back.
 /// Keys come from rows, so the seed stays random: a row's author cannot aim at collisions.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 /// [`FastMap`]'s set.

@@ -12,8 +12,8 @@
 //!
 //! A file whose stamp is the recorded one is not even read: its bytes are taken to be those
 //! the digest was made of, as Git's index takes a file whose stat data it recorded as
-//! unchanged. Reading every row file was the largest part of a rebuild's opening at 10,000
-//! rows (four system calls a file, 80 ms); a stamp costs one. Like Git, a stamp is recorded
+//! unchanged. Reading a row file takes four system calls, a stamp one, and reading every file
+//! would be most of a rebuild's opening. Like Git, a stamp is recorded
 //! only for a file last changed well before it was read (a file changed again within the
 //! clock's tick could keep its stamp), so a file just written is read again next time.
 //!

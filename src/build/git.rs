@@ -1,5 +1,6 @@
-//! Git access with gix: the catalogue as it was at a revision (for `check --base`) and, for
-//! `build`, the history of every row file read in one walk.
+//! Git access with gix: the repository holding a catalogue, the catalogue as it was at a
+//! revision (for `check --base`), and the web address of its origin (for commit links). The
+//! history of the row files is `history/`'s own pack walk.
 
 use crate::row::catalogue::{SourceFile, is_row_file};
 use anyhow::{Context as _, Result, anyhow};

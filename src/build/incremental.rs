@@ -212,10 +212,9 @@ impl Built {
         // Three reads side by side: the catalogue's files (and their digests), the snapshot,
         // and the history with the templates and the site's list of clean files. Then two: the
         // gate, which takes the files the site's last gate found clean, byte for byte, as it
-        // found them (`checked`), and the search index; both need the snapshot's rows. At
-        // 10,000 rows the opening ran each of these one after the other on one core while the
-        // gate's rules of one file (210 ms) ran on the other. What each finds is looked at in
-        // the order it was found in before: the gate decides first.
+        // found them (`checked`), and the search index; both need the snapshot's rows. Side by
+        // side, since none needs another's answer until the gate. What each finds is looked at
+        // in the order it was found in before: the gate decides first.
         let snapshot_path = out.join(snapshot::FILE);
         let panicked = |what: &str| BuildError::Other(anyhow::anyhow!("reading {what} panicked"));
         let (files, snap, extras, rest) = std::thread::scope(|s| {
@@ -228,7 +227,7 @@ impl Built {
                     None,
                 );
                 // The word vectors: the index's row vectors are read against them, and a
-                // changed row is weighed with them (25 ms, most of it the tokenizer's JSON).
+                // changed row is weighed with them; loading them is the longest of these reads.
                 let _ = crate::search::semantic::model();
                 history
             });
@@ -1043,8 +1042,8 @@ pub fn build(opts: &Options) -> Result<Option<Updated>, BuildError> {
     Ok(catch_up(opts)?.map(|(built, updated)| {
         // The model (every row twice over, the index's vocabulary, the history) is left for the
         // process's end to free: `capdir build` has answered and ends. A thread that freed it
-        // raced the exit's unmapping of the same pages (each unmapped page shot down on both
-        // cores: 15-20 ms of a 0.4 s rebuild at 10,000 rows).
+        // raced the exit's unmapping of the same pages, each unmapped page shot down on both
+        // cores.
         std::mem::forget(built);
         updated
     }))

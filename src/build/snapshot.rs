@@ -241,8 +241,7 @@ fn stored(row: &Row) -> (Stored<'_>, Option<&serde_json::Value>) {
 
 /// Whether `a` and `b` make the same directory row (equal [`columns`]), compared in place: a
 /// rebuild compares every row of the catalogue with the snapshot's, and building the columns
-/// of both (twenty values each, most of them copied strings) took 60 ms of a one-row rebuild
-/// at 10,000 rows.
+/// of both (twenty values each, most of them copied strings) would copy every row twice.
 pub fn same_columns(a: &Row, b: &Row) -> bool {
     let ((a, a_schema), (b, b_schema)) = (stored(a), stored(b));
     a == b

@@ -110,9 +110,8 @@ pub fn run() -> ExitCode {
 
 /// A command that runs and ends asks the kernel for no transparent huge pages. mimalloc asks
 /// for them, and the kernel then zeroes 2 MiB at the first touch of each new region: a
-/// process that grows its heap once and exits pays for pages it never uses (a one-row
-/// rebuild at 10,000 rows spent 39% of its time in `clear_page_erms`, 0.7 s of system time
-/// against 0.2 s without, perf and bench/build.sh). A dispatcher keeps them: it lives long
+/// process that grows its heap once and exits pays for pages it never uses (most of a one-row
+/// rebuild's system time, seen with perf over `bench/build.sh`'s rebuilds). A dispatcher keeps them: it lives long
 /// enough to use what it faults in.
 fn no_huge_pages() {
     #[cfg(target_os = "linux")]

@@ -921,9 +921,9 @@ type Counts = Arc<Mutex<BTreeMap<(String, String), u64>>>;
 
 /// Count and log a durable receipt: at debug level when the call ran as asked (its receipt is
 /// the record, and `/metrics` counts it), at info when it did not (refused, failed, waiting
-/// for or decided by a person). Formatting and writing a line for every call was 7.6% of the
-/// dispatcher's CPU under load (perf, `bench/dispatch.sh`'s ECHO calls); the default log
-/// still names every call that went wrong.
+/// for or decided by a person): a line for every call is a real share of the dispatcher's
+/// CPU under load (`bench/dispatch.sh`), and the default log still names every call that
+/// went wrong.
 fn logged(receipt: &Receipt, counts: &Counts) {
     let d = &receipt.draft;
     *counts

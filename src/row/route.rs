@@ -33,11 +33,9 @@ pub struct Tag<'t> {
 /// inside the last tag found; a tag closes at the first closing of its key after its opening.
 /// Openings of one key are taken at increasing positions, so each key's closings are walked
 /// by a cursor that only moves forward: every closing is passed at most once, every `[` is
-/// looked at once through a window of bounded size, and the whole is O(text).
-///
-/// (The first, quadratic version stopped at a `[` with no `]` anywhere after it. No tag can
-/// start at or after such a `[`, so passing over it and the `[`s after it finds nothing more:
-/// the results are the same, which `tests::tags_match_the_reference` checks.)
+/// looked at once through a window of bounded size, and the whole is O(text): a caller's text
+/// cannot make the dispatcher scan it twice. `tests::tags_match_the_reference` checks the
+/// result against the plain quadratic reading.
 pub fn tags(text: &str) -> Vec<Tag<'_>> {
     let b = text.as_bytes();
     // Every `[` classified once. `close` is the byte index of the `]` ending the bracket.
