@@ -9,6 +9,7 @@
 
 mod error;
 pub mod follow;
+mod gate;
 mod live;
 pub mod log;
 mod tree;
@@ -16,16 +17,17 @@ mod watcher;
 
 pub use error::{DispatchError, Failure};
 pub use follow::{FollowStatus, Follower, TrustConfig};
+use gate::Gate;
 pub use live::Live;
 pub use tree::TreeBudget;
 pub use watcher::{APPROVED, ApprovalRefusal, DENIED, PENDING_APPROVAL, Poll, Ticket, View};
 
 use crate::access::affordance::{self, Affordances, Here};
-use crate::access::auth::{self, Caller, Keys, open_refusal};
-use crate::access::token::{self, Reason, Target};
+use crate::access::auth::{self, Caller, Keys};
+use crate::access::token::{self, Reason};
 use crate::check::secrets::{self, Known};
 use crate::invoke::authority::{CallContext, now_rfc3339};
-use crate::invoke::outcome::Status;
+use crate::invoke::outcome::{Outcome, Status};
 use crate::invoke::rowset::Callable;
 use crate::invoke::{Input, InvokerConfig};
 use crate::ledger::{self, Draft, Ledger, Receipt};
@@ -495,13 +497,11 @@ impl Dispatcher {
     async fn dispatch_spending(
         &self,
         caller: &Caller,
-        request: InvokeRequest,
+        mut request: InvokeRequest,
         shared: Option<Arc<tree::Spent>>,
         approved: Option<&Approved>,
     ) -> Result<Invoked, DispatchError> {
-        if *caller == Caller::Anonymous && !self.open {
-            auth::require_credential(caller)?;
-        }
+        self.admit(caller)?;
         let Ok(_permit) = self.inflight.try_acquire() else {
             return Err(DispatchError::Saturated {
                 max_inflight: self.max_inflight,
@@ -509,12 +509,7 @@ impl Dispatcher {
         };
         // One catalogue for the whole call, even if a reload lands meanwhile.
         let live = self.live();
-        let mut request = request;
-        let sent_input: Option<String> = match (&request.body, &request.args) {
-            (_, Some(args)) => Some(Json::Object(args.clone()).to_string()),
-            (Some(body), None) => Some(body.clone()),
-            (None, None) => None,
-        };
+        let sent_input = sent_input(&request);
         let gate = Gate {
             dispatcher: self,
             live: &live,
@@ -522,86 +517,19 @@ impl Dispatcher {
             key: &request.key,
             input: sent_input.as_deref().unwrap_or_default(),
         };
-        if let Caller::Token(claims) = caller {
-            if self.revoked(claims).await? {
-                let message = format!("token {} was revoked", claims.accountable_id());
-                return Err(gate.refuse(None, Reason::Revoked, message).await);
-            }
-            if let Err(r) =
-                token::check_holder(claims, chrono::Utc::now().timestamp(), &self.audience)
-            {
-                return Err(gate.refuse(None, r.reason, r.message).await);
-            }
-        }
-        let Some(callable) = live.invoker.rows().get(&request.key) else {
-            return Err(DispatchError::unknown_key(
-                live.invoker.rows(),
-                &request.key,
-            ));
-        };
-        let contract_sha256 = callable.fingerprint.clone();
-        if let Some(a) = approved
-            && a.fingerprint != contract_sha256
+        gate.holder().await?;
+        let callable = gate.row()?;
+        gate.still_approved(callable, approved).await?;
+        let needs = gate
+            .call_allowed(callable, approved, sent_input.as_deref())
+            .await?;
+        if let Caller::Token(claims) = caller
+            && sent_input.is_none()
         {
-            // The decision checked it; a build that landed since must not run another row.
-            let message = format!(
-                "{} changed after its call was approved; the approved contract is not the one live",
-                callable.row.key
-            );
-            return Err(gate
-                .refuse(Some(callable), Reason::ContractChanged, message)
-                .await);
+            // A token with a fixed body runs it when the caller sends none.
+            request.body = claims.body.clone();
         }
-        let mut needs = None;
-        match caller {
-            Caller::Owner => {}
-            Caller::Token(claims) => {
-                let target = Target {
-                    key: &callable.row.key,
-                    category: &callable.row.category,
-                    sensitive: callable.row.sensitive,
-                    fingerprint: &contract_sha256,
-                };
-                if approved.is_none() {
-                    needs = crate::access::token::needs_approval(claims, callable.row.sensitive);
-                }
-                // A person stands in for the risk ceiling: one who approved, or who will be asked.
-                let by_person = approved.is_some() || needs.is_some();
-                if let Err(r) =
-                    token::check_call_approved(claims, target, sent_input.as_deref(), by_person)
-                {
-                    return Err(gate.refuse(Some(callable), r.reason, r.message).await);
-                }
-                if sent_input.is_none() {
-                    // A token with a fixed body runs it when the caller sends none.
-                    request.body = claims.body.clone();
-                }
-            }
-            Caller::Anonymous => {
-                if let Some(why) = open_refusal(&callable.row) {
-                    return Err(gate.refuse_anonymous(callable, why).await);
-                }
-            }
-        }
-        if let Some(repairs) = &request.repairs {
-            let earlier = self.find_receipt(repairs).await.map_err(|e| match e {
-                DispatchError::UnknownReceipt => DispatchError::RepairsUnknown {
-                    repairs: repairs.clone(),
-                },
-                e => e,
-            })?;
-            // A call that failed, was refused, or ran and produced nothing can be repaired.
-            let repairable = matches!(
-                Status::parse(&earlier.draft.status),
-                Some(Status::Failed | Status::Refused | Status::RanNoMaterial)
-            );
-            if !repairable {
-                return Err(DispatchError::RepairsNotFailed {
-                    repairs: repairs.clone(),
-                    status: earlier.draft.status,
-                });
-            }
-        }
+        self.repairable(request.repairs.as_deref()).await?;
         // What runs: what the caller sent, or the token's fixed body put in its place above.
         let input_text = sent_input
             .clone()
@@ -618,13 +546,8 @@ impl Dispatcher {
         if let Some(claims) = limited
             && approved.is_none()
         {
-            // Charged when asked: a call waiting for approval counts, so no queue floods.
-            // The input's digest only for the loop breaker, the one counter that names it.
-            let sha = match claims.watch.max_repeats {
-                Some(_) => ledger::sha256_hex(&input_text),
-                None => String::new(),
-            };
-            self.charge(&gate, callable, claims, &sha).await?;
+            self.charge_before(&gate, callable, claims, &input_text)
+                .await?;
         }
         if let (Some(needs), Caller::Token(claims)) = (needs, caller) {
             return Err(self
@@ -639,96 +562,140 @@ impl Dispatcher {
                 )
                 .await);
         }
-        // The call's receipt id and trace are fixed first: its steps' receipts name them. Only
-        // a row that makes nested calls gets an authority over them (a call tree). An
-        // approved call's tree is the approval's: request → decision → run → its steps.
+        let run = Run {
+            live: &live,
+            caller,
+            callable,
+            input_text: &input_text,
+            repairs: request.repairs,
+            approved,
+        };
+        let ran = self.run(run, input, shared).await?;
+        if let Some(claims) = limited {
+            // What the call's steps and models spent counts for the next call.
+            let cost = ran.outcome.usage.as_ref().and_then(|u| u.cost_usd);
+            self.charge_after(claims, &ran.nested, cost).await;
+        }
+        ran.answer()
+    }
+
+    /// A credential at all: anonymous callers only under `--open`.
+    fn admit(&self, caller: &Caller) -> Result<(), DispatchError> {
+        if *caller == Caller::Anonymous && !self.open {
+            auth::require_credential(caller)?;
+        }
+        Ok(())
+    }
+
+    /// A call that repairs an earlier one names a receipt that failed, was refused, or ran and
+    /// produced nothing.
+    async fn repairable(&self, repairs: Option<&str>) -> Result<(), DispatchError> {
+        let Some(repairs) = repairs else {
+            return Ok(());
+        };
+        let earlier = self.find_receipt(repairs).await.map_err(|e| match e {
+            DispatchError::UnknownReceipt => DispatchError::RepairsUnknown {
+                repairs: repairs.to_string(),
+            },
+            e => e,
+        })?;
+        let repairable = matches!(
+            Status::parse(&earlier.draft.status),
+            Some(Status::Failed | Status::Refused | Status::RanNoMaterial)
+        );
+        if repairable {
+            Ok(())
+        } else {
+            Err(DispatchError::RepairsNotFailed {
+                repairs: repairs.to_string(),
+                status: earlier.draft.status,
+            })
+        }
+    }
+
+    /// A token's limits, charged when the call is asked: a call waiting for approval counts,
+    /// so no queue floods. The input's digest only for the loop breaker, the one counter
+    /// that names it.
+    async fn charge_before(
+        &self,
+        gate: &Gate<'_>,
+        callable: &Callable,
+        claims: &token::Claims,
+        input_text: &str,
+    ) -> Result<(), DispatchError> {
+        let sha = match claims.watch.max_repeats {
+            Some(_) => ledger::sha256_hex(input_text),
+            None => String::new(),
+        };
+        self.charge(gate, callable, claims, &sha).await
+    }
+
+    /// Run the call past its gate: its receipt id and trace fixed first (its steps' receipts
+    /// name them), the runner, then its receipt durable after its steps'. An approved call's
+    /// tree is the approval's: request → decision → run → its steps.
+    async fn run(
+        &self,
+        run: Run<'_>,
+        input: Input,
+        shared: Option<Arc<tree::Spent>>,
+    ) -> Result<Ran, DispatchError> {
         let id = ledger::new_id();
-        let trace_id = approved.map_or_else(
+        let trace_id = run.approved.map_or_else(
             || uuid::Uuid::new_v4().simple().to_string(),
             |a| a.trace_id.clone(),
         );
-        let tree = call::makes_nested_calls(&callable.row).then(|| {
-            let root = tree::Root {
-                ledger: self.ledger.clone(),
-                secrets: self.secrets.clone(),
-                caller: caller.clone(),
-                root: approved.map_or_else(|| id.clone(), |a| a.root.clone()),
-                trace_id: trace_id.clone(),
-                commit: live.info.commit.clone(),
-                approved: approved.is_some(),
-            };
-            let spent = shared
-                .clone()
-                .unwrap_or_else(|| tree::Spent::starting(self.tree_budget));
-            Arc::new(tree::Tree::new(root, self.tree_budget, spent))
-        });
+        let tree = self.tree_for(&run, &id, &trace_id, shared);
         let context = match &tree {
             Some(tree) => CallContext::under(tree.clone(), &id),
             None => CallContext::default(),
         };
         let started_at = now_rfc3339();
-        let outcome = live.invoker.invoke_in(&request.key, input, &context).await;
-        let finished_at = now_rfc3339();
+        let outcome = run
+            .live
+            .invoker
+            .invoke_in(&run.callable.row.key, input, &context)
+            .await;
         // Redacted once: the receipt stores it and the caller is answered with it.
         let output = secrets::redact(&outcome.output, &self.secrets);
-        let draft = Draft {
-            id,
-            key: outcome.key.clone(),
-            actor: caller.actor(),
-            runner: outcome.runner.clone(),
-            trace_id,
-            started_at,
-            finished_at,
-            status: outcome.status.as_str().into(),
-            error_code: outcome.error_code().map(str::to_string),
-            cost_usd: outcome.usage.as_ref().and_then(|u| u.cost_usd),
-            input_sha256: ledger::sha256_hex(&input_text),
-            output_sha256: ledger::sha256_hex(&outcome.output),
-            contract_sha256,
-            catalogue_commit: live.info.commit.clone(),
-            repairs: request.repairs,
-            parent: approved.map(|a| a.parent.clone()),
-            root: approved.map(|a| a.root.clone()),
-            input: secrets::redact(&input_text, &self.secrets),
-            output: output.clone(),
-        };
+        let draft = run.draft(&outcome, &output, id, trace_id, started_at, &self.secrets);
         // The call's receipt goes to the ledger after its steps' that are still held, in one
         // append (a tree of builtins: one message and one transaction, whole or not at all),
         // and the answer waits for every node of the tree, so no acknowledged call lacks one.
         let (mut drafts, queued, nested) = tree.map(|t| t.finish()).unwrap_or_default();
         drafts.push(draft);
         let receipt = self.append_after(queued, drafts).await?;
-        if let Some(claims) = limited {
-            // What the call's steps and models spent counts for the next call.
-            self.charge_after(
-                claims,
-                &nested,
-                outcome.usage.as_ref().and_then(|u| u.cost_usd),
-            )
-            .await;
-        }
-        if let Some(failure) = &outcome.error {
-            let kind = match outcome.status {
-                Status::Refused if failure.code.starts_with("breaker") => Failure::BreakerOpen,
-                Status::Refused => Failure::Refused,
-                _ if is_timeout(failure) => Failure::Timeout,
-                _ => Failure::Upstream,
-            };
-            return Err(DispatchError::Failed {
-                kind,
-                output,
-                reason: failure.code.clone(),
-                receipt: Box::new(receipt),
-                usage: outcome.usage,
-            });
-        }
-        Ok(Invoked {
-            receipt,
+        Ok(Ran {
+            outcome,
             output,
-            duration: outcome.duration,
-            truncated: outcome.truncated,
-            usage: outcome.usage,
+            receipt,
+            nested,
         })
+    }
+
+    /// The authority over a call's nested calls, for a row that makes any (a call tree).
+    fn tree_for(
+        &self,
+        run: &Run<'_>,
+        id: &str,
+        trace_id: &str,
+        shared: Option<Arc<tree::Spent>>,
+    ) -> Option<Arc<tree::Tree>> {
+        if !call::makes_nested_calls(&run.callable.row) {
+            return None;
+        }
+        let root = tree::Root {
+            ledger: self.ledger.clone(),
+            secrets: self.secrets.clone(),
+            caller: run.caller.clone(),
+            root: run
+                .approved
+                .map_or_else(|| id.to_string(), |a| a.root.clone()),
+            trace_id: trace_id.to_string(),
+            commit: run.live.info.commit.clone(),
+            approved: run.approved.is_some(),
+        };
+        let spent = shared.unwrap_or_else(|| tree::Spent::starting(self.tree_budget));
+        Some(Arc::new(tree::Tree::new(root, self.tree_budget, spent)))
     }
 
     /// Run the router tags of `text` (`[KEY]args[/KEY]`) in the order they appear, each as a
@@ -831,6 +798,103 @@ pub fn checked_receipt_id(id: &str) -> Result<&str, DispatchError> {
     }
 }
 
+/// What the caller sent as the call's input: its named arguments as JSON, or its body.
+fn sent_input(request: &InvokeRequest) -> Option<String> {
+    match (&request.body, &request.args) {
+        (_, Some(args)) => Some(Json::Object(args.clone()).to_string()),
+        (Some(body), None) => Some(body.clone()),
+        (None, None) => None,
+    }
+}
+
+/// One call that passed its gate, as its receipt records it.
+struct Run<'a> {
+    live: &'a Live,
+    caller: &'a Caller,
+    callable: &'a Callable,
+    input_text: &'a str,
+    repairs: Option<String>,
+    approved: Option<&'a Approved>,
+}
+
+impl Run<'_> {
+    /// The call's receipt, its input and output redacted.
+    fn draft(
+        &self,
+        outcome: &Outcome,
+        output: &str,
+        id: String,
+        trace_id: String,
+        started_at: String,
+        known: &Known,
+    ) -> Draft {
+        Draft {
+            id,
+            key: outcome.key.clone(),
+            actor: self.caller.actor(),
+            runner: outcome.runner.clone(),
+            trace_id,
+            started_at,
+            finished_at: now_rfc3339(),
+            status: outcome.status.as_str().into(),
+            error_code: outcome.error_code().map(str::to_string),
+            cost_usd: outcome.usage.as_ref().and_then(|u| u.cost_usd),
+            input_sha256: ledger::sha256_hex(self.input_text),
+            output_sha256: ledger::sha256_hex(&outcome.output),
+            contract_sha256: self.callable.fingerprint.clone(),
+            catalogue_commit: self.live.info.commit.clone(),
+            repairs: self.repairs.clone(),
+            parent: self.approved.map(|a| a.parent.clone()),
+            root: self.approved.map(|a| a.root.clone()),
+            input: secrets::redact(self.input_text, known),
+            output: output.to_string(),
+        }
+    }
+}
+
+/// A call that ran: its outcome, its output as redacted, its durable receipt, and the nested
+/// calls it made (key, status) for its token's counters.
+struct Ran {
+    outcome: Outcome,
+    output: String,
+    receipt: Receipt,
+    nested: Vec<(String, String)>,
+}
+
+impl Ran {
+    /// The caller's answer: the output, or the runner's failure by kind, naming the receipt.
+    fn answer(self) -> Result<Invoked, DispatchError> {
+        let Ran {
+            outcome,
+            output,
+            receipt,
+            ..
+        } = self;
+        if let Some(failure) = &outcome.error {
+            let kind = match outcome.status {
+                Status::Refused if failure.code.starts_with("breaker") => Failure::BreakerOpen,
+                Status::Refused => Failure::Refused,
+                _ if is_timeout(failure) => Failure::Timeout,
+                _ => Failure::Upstream,
+            };
+            return Err(DispatchError::Failed {
+                kind,
+                output,
+                reason: failure.code.clone(),
+                receipt: Box::new(receipt),
+                usage: outcome.usage,
+            });
+        }
+        Ok(Invoked {
+            receipt,
+            output,
+            duration: outcome.duration,
+            truncated: outcome.truncated,
+            usage: outcome.usage,
+        })
+    }
+}
+
 /// An upstream that did not answer within the runner's timeout (`ERR:http:fetch:timed out…`,
 /// `ERR:mcp:timeout:…`).
 fn is_timeout(failure: &crate::invoke::outcome::Failure) -> bool {
@@ -838,82 +902,6 @@ fn is_timeout(failure: &crate::invoke::outcome::Failure) -> bool {
         || (failure.code.ends_with(":fetch")
             && (failure.detail.starts_with("timed out")
                 || failure.detail.starts_with("connect timed out")))
-}
-
-/// One call at the gate: what a refusal's receipt is made of.
-struct Gate<'a> {
-    dispatcher: &'a Dispatcher,
-    live: &'a Live,
-    caller: &'a Caller,
-    key: &'a str,
-    input: &'a str,
-}
-
-impl Gate<'_> {
-    /// The receipt of a refusal: nothing ran, the reason is its error code.
-    async fn receipt(
-        &self,
-        callable: Option<&Callable>,
-        code: &str,
-        message: &str,
-    ) -> Result<Receipt, DispatchError> {
-        let known = &self.dispatcher.secrets;
-        let output = format!("ERR:{code}:{message}");
-        let now = now_rfc3339();
-        let draft = Draft {
-            id: ledger::new_id(),
-            key: self.key.to_string(),
-            actor: self.caller.actor(),
-            runner: callable.map_or("none", |c| c.row.runner_name()).to_string(),
-            trace_id: uuid::Uuid::new_v4().simple().to_string(),
-            started_at: now.clone(),
-            finished_at: now,
-            status: Status::Refused.as_str().into(),
-            error_code: Some(code.to_string()),
-            cost_usd: None,
-            input_sha256: ledger::sha256_hex(self.input),
-            output_sha256: ledger::sha256_hex(&output),
-            contract_sha256: callable.map(|c| c.fingerprint.clone()).unwrap_or_default(),
-            catalogue_commit: self.live.info.commit.clone(),
-            repairs: None,
-            parent: None,
-            root: None,
-            input: secrets::redact(self.input, known),
-            output: secrets::redact(&output, known),
-        };
-        self.dispatcher.append(vec![draft]).await
-    }
-
-    /// A token refused at the gate: the literal reason as the code, with its receipt.
-    async fn refuse(
-        &self,
-        callable: Option<&Callable>,
-        reason: Reason,
-        message: String,
-    ) -> DispatchError {
-        match self.receipt(callable, reason.as_str(), &message).await {
-            Ok(receipt) => DispatchError::Token {
-                reason,
-                message,
-                receipt: Box::new(receipt),
-            },
-            Err(e) => e,
-        }
-    }
-
-    /// An anonymous caller under `--open` asking for a row it may not run.
-    async fn refuse_anonymous(&self, callable: &Callable, why: &str) -> DispatchError {
-        let message = format!(
-            "{why}: without a credential, --open allows only rows that are not sensitive and use no credential"
-        );
-        match self.receipt(Some(callable), "anonymous", &message).await {
-            Ok(receipt) => DispatchError::Anonymous {
-                message,
-                receipt: Box::new(receipt),
-            },
-            Err(e) => e,
-        }
-    }
 }
 
 /// Invocations by (status, runner), shared by a dispatcher and the trees of its calls.

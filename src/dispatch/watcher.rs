@@ -8,7 +8,8 @@
 //! `pending` runs it, through the same gate and runner as any call, as the caller, with the
 //! decision's receipt as its parent. Nobody decides their own call.
 
-use super::{Approved, DispatchError, Dispatcher, Gate, InvokeRequest, Invoked};
+use super::gate::Gate;
+use super::{Approved, DispatchError, Dispatcher, InvokeRequest, Invoked};
 use crate::access::auth::Caller;
 use crate::access::token::{self, Claims};
 use crate::access::watch::{self as rules, Counter, Needs};
