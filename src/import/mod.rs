@@ -228,91 +228,165 @@ pub fn import(
     dir: &Path,
 ) -> Result<Import, DocumentError> {
     let (ops, bad_items) = operation::read(doc);
-    let title = {
-        let t = text::plain(
-            doc.root
-                .pointer("/info/title")
-                .and_then(|v| v.as_str())
-                .unwrap_or(""),
-        );
-        if t.is_empty() {
-            "the API".to_string()
-        } else {
-            text::cut(&t, 120)
-        }
-    };
-    let mut report = Report {
-        document: title.clone(),
-        version: doc.version.name().to_string(),
-        operations: ops.len(),
-        ..Default::default()
-    };
-    if let Some(hooks) = doc.root.get("webhooks").and_then(|w| w.as_object())
-        && !hooks.is_empty()
-    {
-        report.document_notes.push(Note {
-            kind: "webhooks",
-            message: format!(
-                "webhooks not imported (a row makes requests, it receives none): {}",
-                hooks.keys().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        });
-    }
-    for b in &bad_items {
-        report.skipped.push(Skipped {
-            operation: String::new(),
-            pointer: b.pointer.clone(),
-            notes: vec![Note {
-                kind: "malformed",
-                message: format!("{}: {}", b.pointer, b.message),
-            }],
-        });
-    }
-    if let Some(a) = &options.auth
-        && let Err(e) = crate::row::credential::Credential::parse(a)
-    {
-        return Err(DocumentError::at(
-            &doc.origin,
-            "",
-            format!("--auth {a}: {}; {}", e.message, e.help),
-        ));
-    }
+    let title = title_of(doc);
+    let mut report = Report::of_document(doc, &title, ops.len(), &bad_items);
+    check_auth(doc, options)?;
     let chosen: Vec<&operation::Operation<'_>> = ops
         .iter()
         .filter(|op| selected(&options.only, &op.tags, &op.path))
         .collect();
     report.selected = chosen.len();
+    let cx = context(doc, options, &title, &chosen)?;
+    report.schemes = cx
+        .schemes
+        .all()
+        .map(|(n, s)| (n.clone(), s.describe()))
+        .collect();
+    let drafts = drafts(&cx, &chosen, &mut report);
+    let on_disk = on_disk(existing);
+    let rows = keyed(options, drafts, &on_disk, &title);
+    let binding_file = existing
+        .iter()
+        .find(|f| f.file_name() == crate::row::binding::FILE);
+    // The bindings the rows need, merged into the catalogue's: the gate judges every row with
+    // the file the import will write.
+    let merged = merge_bindings(binding_file, &rows, dir)?;
+    let mut rows = through_gate(rows, merged.file.as_ref(), dir, &title, &mut report);
+    // Bound for the rows kept alone.
+    let merged = merge_bindings(binding_file, &rows, dir)?;
+    report.bindings = merged.bound.clone();
+    mark_edited(&mut rows, &on_disk, options.force);
+    let deletes = gone(&on_disk, &rows, &ops, &title, options.prune, &mut report);
+    // The catalogue as it will be, for the cross-row rules and the asks gate.
+    plan::asks_gate(
+        &mut rows,
+        existing,
+        &deletes,
+        merged.file.as_ref(),
+        dir,
+        &title,
+        &mut report,
+    );
+    let writes = writes(merged.write, rows, &mut report);
+    report.reachable = report.fully_reachable();
+    Ok(Import {
+        writes,
+        deletes,
+        report,
+    })
+}
 
+/// The API's name: the document's title as plain text, or "the API".
+fn title_of(doc: &Document) -> String {
+    let t = text::plain(
+        doc.root
+            .pointer("/info/title")
+            .and_then(|v| v.as_str())
+            .unwrap_or(""),
+    );
+    if t.is_empty() {
+        "the API".to_string()
+    } else {
+        text::cut(&t, 120)
+    }
+}
+
+impl Report {
+    /// The report's start: what the document is, its webhooks (not imported) and the items
+    /// that could not be read as operations.
+    fn of_document(
+        doc: &Document,
+        title: &str,
+        operations: usize,
+        bad_items: &[operation::BadPathItem],
+    ) -> Report {
+        let mut report = Report {
+            document: title.to_string(),
+            version: doc.version.name().to_string(),
+            operations,
+            ..Default::default()
+        };
+        if let Some(hooks) = doc.root.get("webhooks").and_then(|w| w.as_object())
+            && !hooks.is_empty()
+        {
+            report.document_notes.push(Note {
+                kind: "webhooks",
+                message: format!(
+                    "webhooks not imported (a row makes requests, it receives none): {}",
+                    hooks.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+        for b in bad_items {
+            report.skipped.push(Skipped {
+                operation: String::new(),
+                pointer: b.pointer.clone(),
+                notes: vec![Note {
+                    kind: "malformed",
+                    message: format!("{}: {}", b.pointer, b.message),
+                }],
+            });
+        }
+        report
+    }
+}
+
+/// `--auth`, when given, is a credential form.
+fn check_auth(doc: &Document, options: &Options) -> Result<(), DocumentError> {
+    match &options.auth {
+        Some(a) => crate::row::credential::Credential::parse(a)
+            .map(|_| ())
+            .map_err(|e| {
+                DocumentError::at(
+                    &doc.origin,
+                    "",
+                    format!("--auth {a}: {}; {}", e.message, e.help),
+                )
+            }),
+        None => Ok(()),
+    }
+}
+
+/// What the document gives every operation: its credentials' names and schemes, and its base
+/// URL (an error when an operation chosen has no servers of its own to fall back on).
+fn context<'d>(
+    doc: &'d Document,
+    options: &'d Options,
+    title: &str,
+    chosen: &[&operation::Operation<'_>],
+) -> Result<Context<'d>, DocumentError> {
     let env_base = if options.prefix.is_empty() {
-        auth::env_part(&title)
+        auth::env_part(title)
     } else {
         auth::env_part(&options.prefix)
     };
     let schemes = auth::Schemes::read(&doc.root, doc.version, &env_base);
-
-    report.schemes = schemes
-        .all()
-        .map(|(n, s)| (n.clone(), s.describe()))
-        .collect();
     let base = server::of_document(doc, options.server.as_deref());
     if let Err(e) = &base
         && chosen.iter().any(|op| op.servers.is_none())
     {
         return Err(DocumentError::at(&doc.origin, "/servers", e.clone()));
     }
-    let cx = Context {
+    Ok(Context {
         doc,
         refs: schema::Refs::new(&doc.root),
         schemes,
         options,
         base,
-        title: title.clone(),
+        title: title.to_string(),
         env_base,
-    };
+    })
+}
 
-    let mut drafts: Vec<Draft> = Vec::new();
-    for op in &chosen {
-        match draft::draft(&cx, op) {
+/// A draft of each operation chosen; those that cannot be imported go to the report.
+fn drafts(
+    cx: &Context<'_>,
+    chosen: &[&operation::Operation<'_>],
+    report: &mut Report,
+) -> Vec<Draft> {
+    let mut drafts = Vec::new();
+    for op in chosen {
+        match draft::draft(cx, op) {
             Ok(d) => drafts.push(d),
             Err(notes) => report.skipped.push(Skipped {
                 operation: op.label(),
@@ -321,9 +395,12 @@ pub fn import(
             }),
         }
     }
+    drafts
+}
 
-    // What is on disk: whose each file is, and which operation it holds.
-    let mut on_disk: BTreeMap<String, OnDisk<'_>> = BTreeMap::new();
+/// What is on disk: whose each file is, and which operation it holds, by key.
+fn on_disk(existing: &[SourceFile]) -> BTreeMap<String, OnDisk<'_>> {
+    let mut on_disk = BTreeMap::new();
     for f in existing {
         let Some(stem) = f
             .file_name()
@@ -341,100 +418,119 @@ pub fn import(
             },
         );
     }
+    on_disk
+}
+
+/// The drafts with their keys, made around the files this document did not write.
+fn keyed(
+    options: &Options,
+    mut drafts: Vec<Draft>,
+    on_disk: &BTreeMap<String, OnDisk<'_>>,
+    title: &str,
+) -> Vec<Planned> {
     let ours = |key: &str| {
         on_disk
             .get(key)
             .and_then(|d| d.provenance.as_ref())
             .is_some_and(|(m, _)| m.document == title)
     };
-
     let keys = key::assign(&options.prefix, &mut drafts, |k| {
         on_disk.contains_key(k) && !ours(k)
     });
-    let mut rows: Vec<Planned> = drafts
+    drafts
         .into_iter()
         .zip(keys)
-        .map(|(d, key)| Planned::new(d, key, &title))
-        .collect();
+        .map(|(d, key)| Planned::new(d, key, title))
+        .collect()
+}
 
-    // The bindings the rows need, merged into the catalogue's: the gate judges every row with
-    // the file the import will write.
-    let binding_file = existing
-        .iter()
-        .find(|f| f.file_name() == crate::row::binding::FILE);
-    let merge = |rows: &[Planned]| {
-        let uses: Vec<bindings::Use> = rows.iter().flat_map(Planned::uses).collect();
-        bindings::merge(binding_file, &uses, &dir.join(crate::row::binding::FILE)).map_err(|e| {
-            DocumentError {
-                origin: binding_file.map_or_else(String::new, |f| f.path.display().to_string()),
-                line_col: Some((e.line, e.col)),
-                pointer: None,
-                message: format!(
-                    "the catalogue's bindings do not read, so the import cannot add the ones its rows need: {}",
-                    e.message
-                ),
-            }
-        })
-    };
-    let merged = merge(&rows)?;
+/// The catalogue's bindings with what `rows` need added.
+fn merge_bindings(
+    binding_file: Option<&SourceFile>,
+    rows: &[Planned],
+    dir: &Path,
+) -> Result<bindings::Merged, DocumentError> {
+    let uses: Vec<bindings::Use> = rows.iter().flat_map(Planned::uses).collect();
+    bindings::merge(binding_file, &uses, &dir.join(crate::row::binding::FILE)).map_err(|e| {
+        DocumentError {
+            origin: binding_file.map_or_else(String::new, |f| f.path.display().to_string()),
+            line_col: Some((e.line, e.col)),
+            pointer: None,
+            message: format!(
+                "the catalogue's bindings do not read, so the import cannot add the ones its rows need: {}",
+                e.message
+            ),
+        }
+    })
+}
 
-    // Each row passes the gate on its own; one that does not is drafted again without the
-    // document's examples and prose (secret-shaped text hides there), else not imported.
-    let failing = plan::self_check(&rows, merged.file.as_ref(), dir);
+/// Each row through the gate on its own; one that fails is drafted again without the
+/// document's examples and prose (secret-shaped text hides there), else not imported.
+fn through_gate(
+    mut rows: Vec<Planned>,
+    bindings: Option<&SourceFile>,
+    dir: &Path,
+    title: &str,
+    report: &mut Report,
+) -> Vec<Planned> {
+    let failing = plan::self_check(&rows, bindings, dir);
     for &i in failing.keys() {
         rows[i].draft.without_prose();
-        rows[i].render(&title);
+        rows[i].render(title);
     }
-    let still = plan::self_check(&rows, merged.file.as_ref(), dir);
+    let still = plan::self_check(&rows, bindings, dir);
     let mut kept = Vec::new();
-    for (i, row) in rows.into_iter().enumerate() {
-        match still.get(&i) {
-            Some(diags) => {
-                let mut notes = row.draft.notes.clone();
-                notes.extend(diags.iter().map(|d| Note {
-                    kind: "gate",
-                    message: d.clone(),
-                }));
-                report.skipped.push(Skipped {
-                    operation: row.draft.operation.clone(),
-                    pointer: String::new(),
-                    notes,
-                });
-            }
-            None => {
-                if failing.contains_key(&i) {
-                    let mut row = row;
-                    row.draft.notes.push(Note {
-                        kind: "gate",
-                        message: format!(
-                            "the document's prose (docstring, descriptions, examples, asks) was left out: with it the row fails the gate ({})",
-                            failing[&i].join("; ")
-                        ),
-                    });
-                    kept.push(row);
-                } else {
-                    kept.push(row);
-                }
-            }
+    for (i, mut row) in rows.into_iter().enumerate() {
+        if let Some(diags) = still.get(&i) {
+            let mut notes = row.draft.notes.clone();
+            notes.extend(diags.iter().map(|d| Note {
+                kind: "gate",
+                message: d.clone(),
+            }));
+            report.skipped.push(Skipped {
+                operation: row.draft.operation.clone(),
+                pointer: String::new(),
+                notes,
+            });
+            continue;
         }
+        if let Some(why) = failing.get(&i) {
+            row.draft.notes.push(Note {
+                kind: "gate",
+                message: format!(
+                    "the document's prose (docstring, descriptions, examples, asks) was left out: with it the row fails the gate ({})",
+                    why.join("; ")
+                ),
+            });
+        }
+        kept.push(row);
     }
-    let mut rows = kept;
-    // Bound for the rows kept alone.
-    let merged = merge(&rows)?;
-    report.bindings = merged.bound.clone();
+    kept
+}
 
-    // Rows edited by hand since they were imported stay as they are (unless forced).
-    // (Keys were chosen around files this document did not write, so any file under a row's
-    // key is this document's.)
-    for row in &mut rows {
+/// Rows edited by hand since they were imported stay as they are (unless forced). Keys were
+/// chosen around files this document did not write, so any file under a row's key is this
+/// document's.
+fn mark_edited(rows: &mut [Planned], on_disk: &BTreeMap<String, OnDisk<'_>>, force: bool) {
+    for row in rows {
         if let Some(d) = on_disk.get(&row.key) {
             row.existing = Some(d.file.bytes.clone());
             let intact = d.provenance.as_ref().is_some_and(|(_, intact)| *intact);
-            row.edited = !intact && !options.force;
+            row.edited = !intact && !force;
         }
     }
+}
 
-    // Rows of this document whose operation is gone, or now has another key.
+/// Rows of this document whose operation is gone, or now has another key: reported, and
+/// deleted (the names returned) when `prune` and not edited by hand.
+fn gone(
+    on_disk: &BTreeMap<String, OnDisk<'_>>,
+    rows: &[Planned],
+    ops: &[operation::Operation<'_>],
+    title: &str,
+    prune: bool,
+    report: &mut Report,
+) -> Vec<String> {
     let written: BTreeSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
     let key_of: BTreeMap<String, &str> = rows
         .iter()
@@ -442,11 +538,10 @@ pub fn import(
         .collect();
     let in_document: BTreeSet<String> = ops.iter().map(|o| o.label()).collect();
     let mut deletes = Vec::new();
-    for (key, d) in &on_disk {
+    for (key, d) in on_disk {
         let Some((marker, intact)) = &d.provenance else {
             continue;
         };
-        let file = d.file;
         if marker.document != title || written.contains(key.as_str()) {
             continue;
         }
@@ -459,8 +554,8 @@ pub fn import(
         };
         let action = if !intact {
             "kept_edited"
-        } else if options.prune {
-            deletes.push(file.file_name().to_string());
+        } else if prune {
+            deletes.push(d.file.file_name().to_string());
             "deleted"
         } else {
             "kept"
@@ -472,20 +567,18 @@ pub fn import(
             action,
         });
     }
+    deletes
+}
 
-    // The catalogue as it will be, for the cross-row rules and the asks gate.
-    plan::asks_gate(
-        &mut rows,
-        existing,
-        &deletes,
-        merged.file.as_ref(),
-        dir,
-        &title,
-        &mut report,
-    );
-
+/// The files to write (the bindings file first, then each new or changed row), each row's
+/// status reported.
+fn writes(
+    bindings: Option<String>,
+    rows: Vec<Planned>,
+    report: &mut Report,
+) -> Vec<(String, String)> {
     let mut writes = Vec::new();
-    if let Some(text) = merged.write {
+    if let Some(text) = bindings {
         writes.push((crate::row::binding::FILE.to_string(), text));
     }
     for row in rows {
@@ -506,12 +599,7 @@ pub fn import(
             notes: row.draft.notes,
         });
     }
-    report.reachable = report.fully_reachable();
-    Ok(Import {
-        writes,
-        deletes,
-        report,
-    })
+    writes
 }
 
 #[cfg(test)]
