@@ -23,7 +23,7 @@ use crate::build::contract::{Contract, Tombstone};
 use crate::laps::Laps;
 use crate::row::Row;
 use crate::row::catalogue;
-use crate::row::diag::{Diagnostic, Format, render};
+use crate::row::diag::{Format, render};
 use crate::row::urls::Urls;
 use anyhow::{Context as _, Result, anyhow};
 use history::History;
@@ -363,226 +363,58 @@ pub fn tombstones(
         .collect()
 }
 
+/// Build the catalogue `opts.catalogue` into the site `opts.out`, one step after another (the
+/// history walk alongside check and index, the projections alongside index and history, the
+/// snapshot alongside the pages), into a directory beside it that replaces it whole at the end.
 pub fn run(opts: &Options) -> Result<Report, BuildError> {
     let mut steps = Steps::new(opts.fail_after.clone());
-    // The history walk needs only the repository: it runs alongside check and index, on half
-    // the cores (on two, one walker: a second one contending with check for a core made the
-    // step no shorter and cost CPU the rest of the build wanted).
     let helper = history::Helper::default();
-    let walk = {
-        let (dir, cache) = (opts.catalogue.clone(), opts.out.join(HISTORY_CACHE));
-        let walkers = crate::cores() / 2;
-        let helper = helper.clone();
-        std::thread::spawn(move || {
-            let started = Instant::now();
-            let history = history::read_cached(&dir, Some(&cache), walkers, Some(&helper));
-            (history, started.elapsed())
-        })
-    };
+    let walk = walk_history(opts, &helper);
     let (checked, clean) = read_checked(&opts.catalogue)?;
     let templates = read_templates(opts)?;
-    let warnings: Vec<&Diagnostic> = checked.diags.iter().filter(|d| !d.is_error()).collect();
     steps.report.warnings.extend(
-        warnings
+        checked
+            .diags
             .iter()
+            .filter(|d| !d.is_error())
             .map(|d| d.render_text().trim_end().to_string()),
     );
     steps.done("check", format!("{} rows", checked.rows.len()))?;
-
-    let bindings = checked.bindings;
-    let all_rows = checked.rows;
-    let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
     let tmp = crate::atomic::dir_beside(&opts.out).map_err(anyhow::Error::from)?;
-    // What the projections need is known once the rows are checked and HEAD is read: they
-    // are written alongside index and history, on the core the history walk leaves idle
-    // when check and index finish first.
-    let counts = Counts::of(&all_rows);
-    let head = history::head(&opts.catalogue);
-    let mut info = BuildInfo {
-        commit: head.as_ref().map(|h| h.sha.clone()).unwrap_or_default(),
-        date: head.as_ref().map(|h| h.date.clone()).unwrap_or_default(),
-        capdir_version: env!("CARGO_PKG_VERSION").to_string(),
-        history_partial: false,
-        counts: counts.clone(),
-    };
-    let head_info = info.clone();
-    let made = incremental::Made::of(opts, &templates);
-    let (urls, repo_url) = (made.urls(), made.repo_url.clone());
-    // Contract fingerprints over the enabled rows, as a dispatcher computes them.
-    let prints = crate::row::call::fingerprints(&enabled);
-    let mut categories: Vec<String> = enabled
-        .iter()
-        .map(|r| crate::row::category_name(&r.category).to_string())
-        .collect();
-    categories.sort();
-    categories.dedup();
+    let plan = Plan::new(opts, checked, &templates);
     let result = std::thread::scope(|s| -> Result<(BuildInfo, Vec<manifest::Entry>)> {
-        let projections = s.spawn(|| -> Result<Duration> {
-            let started = Instant::now();
-            let common = Common {
-                site: SiteMeta::default_for(&counts),
-                counts: &counts,
-                build: &head_info,
-                repo_url: repo_url.clone(),
-                dispatcher: urls.dispatcher.clone(),
-                templates: &templates,
-            };
-            let enabled: Vec<&Row> = enabled.iter().collect();
-            let layouts = site::write_projections(
-                &tmp,
-                &enabled,
-                &common,
-                &urls,
-                &categories,
-                &prints,
-                None,
-            )?;
-            parts::Layouts::save(&tmp, &layouts)?;
-            write_bindings(&tmp, &bindings)?;
-            Ok(started.elapsed())
-        });
-        let indexed = crate::search::build_index(&tmp.join("index"), &enabled)?;
+        let projections = s.spawn(|| plan.write_projections(&tmp, &templates));
+        let indexed = crate::search::build_index(&tmp.join("index"), &plan.enabled)?;
         steps.done("index", format!("{indexed} rows"))?;
         // Rather than wait, this thread walks part of what the history walk has left.
         helper.help();
-
-        let (history, took) = walk
-            .join()
-            .map_err(|_| anyhow!("the history walk panicked"))?;
-        if let Some(why) = &history.missing {
-            steps
-                .report
-                .warnings
-                .push(format!("no Git history ({why}); rows get no dates"));
-        }
-        if history.partial {
-            steps.report.warnings.push(
-                "shallow clone: history is partial, created_at may be later than the truth".into(),
-            );
-        }
-        steps.took(
-            "history",
-            took,
-            format!(
-                "{} commits walked, alongside check and index{}",
-                history.commits_walked,
-                match history.commits_helped {
-                    0 => String::new(),
-                    n => format!(" ({n} of them by the index's thread once done)"),
-                }
-            ),
-        )?;
+        let history = joined(walk, &mut steps)?;
+        let mut info = plan.head_info.clone();
         info.history_partial = history.partial;
         let live: std::collections::HashSet<&str> =
-            all_rows.iter().map(|r| r.key.as_str()).collect();
-        let tombs = tombstones(&history, |k| live.contains(k), &urls);
-
-        let common = Common {
-            site: SiteMeta::default_for(&counts),
-            counts: &counts,
-            build: &info,
-            repo_url: repo_url.clone(),
-            dispatcher: urls.dispatcher.clone(),
-            templates: &templates,
-        };
-        // The snapshot runs on a thread of its own alongside the pages, filling the core the
-        // pages leave idle while one thread writes the index pages.
-        let (side, pages) = std::thread::scope(|s| {
-            let side = s.spawn(|| -> Result<Duration> {
-                let started = Instant::now();
-                if history.missing.is_none() {
-                    history::save_cache(&history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
-                }
-                snapshot::write(
-                    &tmp.join(snapshot::FILE),
-                    &all_rows,
-                    &history,
-                    &tombs,
-                    &info,
-                    &prints,
-                )?;
-                Ok(started.elapsed())
-            });
-            let pages = (|| -> Result<(usize, site::Written)> {
-                let contracts: Vec<Contract> = enabled
-                    .iter()
-                    .map(|r| {
-                        let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                        Contract::new(r, history.of(file), &urls, &prints[&r.key], &bindings)
-                    })
-                    .collect();
-                let bar = progress_bar(opts.progress, contracts.len() as u64);
-                let previous = opts.out.is_dir().then_some(opts.out.as_path());
-                let listings: Vec<pages::Listing> =
-                    contracts.iter().map(pages::Listing::of).collect();
-                let enabled: Vec<&Row> = enabled.iter().collect();
-                // The index and category pages on a thread of their own beside the contracts'
-                // workers, which take their rows in batches and so leave it its share.
-                let written = std::thread::scope(|s| {
-                    let (common, tombs) = (&common, &tombs);
-                    let others = s.spawn(|| {
-                        site::write_pages(&tmp, common, &enabled, &listings, tombs, &bindings, None)
-                    });
-                    let written =
-                        site::write_contracts(&tmp, previous, common, &contracts, &|n| bar.inc(n));
-                    let others = others
-                        .join()
-                        .unwrap_or_else(|_| Err(anyhow!("the index pages' thread panicked")));
-                    written.and_then(|w| others.map(|()| w))
-                })?;
-                bar.finish_and_clear();
-                for t in &tombs {
-                    site::write_tombstone(&tmp, &common, t)?;
-                }
-                Ok((contracts.len(), written))
-            })();
-            let side = side
-                .join()
-                .unwrap_or_else(|_| Err(anyhow!("the snapshot thread panicked")));
-            (side, pages)
-        });
-        let (pages_took, snapshot_took) = (steps.laps.running(), side?);
+            plan.all_rows.iter().map(|r| r.key.as_str()).collect();
+        let tombs = tombstones(&history, |k| live.contains(k), &plan.urls);
+        let common = plan.common(&info, &templates);
+        let (snapshot, pages) = plan.pages_and_snapshot(opts, &tmp, &history, &tombs, &common);
+        let (pages_took, snapshot_took) = (steps.laps.running(), snapshot?);
         let projections_took = projections
             .join()
             .unwrap_or_else(|_| Err(anyhow!("the projections thread panicked")))?;
-        steps.took(
-            "snapshot",
-            snapshot_took,
-            format!(
-                "{} rows, {} tombstones, alongside pages",
-                all_rows.len(),
-                tombs.len()
-            ),
-        )?;
+        let (all, tombstones) = (plan.all_rows.len(), tombs.len());
+        let what = format!("{all} rows, {tombstones} tombstones, alongside pages");
+        steps.took("snapshot", snapshot_took, what)?;
         let (rows, written) = pages?;
-        steps.took(
-            "pages",
-            pages_took,
-            format!(
-                "{rows} contracts ×3 ({} files unchanged, linked; {} rows not rendered again), {} tombstones",
-                written.linked,
-                written.unchanged_rows,
-                tombs.len()
-            ),
-        )?;
-        steps.took(
-            "projections",
-            projections_took,
-            "registry, counts, mcp/tools, llms.txt, sitemap, alongside index and history".into(),
-        )?;
+        let what = format!(
+            "{rows} contracts ×3 ({} files unchanged, linked; {} rows not rendered again), {tombstones} tombstones",
+            written.linked, written.unchanged_rows,
+        );
+        steps.took("pages", pages_took, what)?;
+        let what = "registry, counts, mcp/tools, llms.txt, sitemap, alongside index and history";
+        steps.took("projections", projections_took, what.into())?;
         Ok((info, written.entries))
     });
-    // Last, the manifest of every file written: what a following dispatcher fetches. Beside
-    // it (hidden, so in no manifest) how the site was made, for the next incremental rebuild.
     let result = result.and_then(|(info, hashed)| {
-        made.save(&tmp)?;
-        clean.write(&tmp)?;
-        let previous = opts.out.is_dir().then_some(opts.out.as_path());
-        let manifest = manifest::write(&tmp, &info.commit, previous, &hashed)?;
-        steps.done(
-            "manifest",
-            format!("{} files in {}", manifest.files.len(), manifest::FILE),
-        )?;
+        finish(opts, &tmp, &plan.made, &clean, &info, &hashed, &mut steps)?;
         Ok(info)
     });
     let info = match result {
@@ -594,9 +426,257 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
     };
     crate::atomic::swap_dir(&tmp, &opts.out)
         .with_context(|| format!("moving the new site to {}", opts.out.display()))?;
-    steps.report.rows = all_rows.len();
+    steps.report.rows = plan.all_rows.len();
     steps.report.info = Some(info);
     Ok(steps.report)
+}
+
+/// The history walk, started: it needs only the repository, so it runs alongside check and
+/// index, on half the cores (on two, one walker: a second one contending with check for a
+/// core makes the step no shorter and costs CPU the rest of the build wants).
+fn walk_history(
+    opts: &Options,
+    helper: &history::Helper,
+) -> std::thread::JoinHandle<(History, Duration)> {
+    let (dir, cache) = (opts.catalogue.clone(), opts.out.join(HISTORY_CACHE));
+    let walkers = crate::cores() / 2;
+    let helper = helper.clone();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let history = history::read_cached(&dir, Some(&cache), walkers, Some(&helper));
+        (history, started.elapsed())
+    })
+}
+
+/// The history walk's end: its warnings (no Git, a shallow clone) and its step.
+fn joined(
+    walk: std::thread::JoinHandle<(History, Duration)>,
+    steps: &mut Steps,
+) -> Result<History> {
+    let (history, took) = walk
+        .join()
+        .map_err(|_| anyhow!("the history walk panicked"))?;
+    if let Some(why) = &history.missing {
+        steps
+            .report
+            .warnings
+            .push(format!("no Git history ({why}); rows get no dates"));
+    }
+    if history.partial {
+        steps.report.warnings.push(
+            "shallow clone: history is partial, created_at may be later than the truth".into(),
+        );
+    }
+    let helped = match history.commits_helped {
+        0 => String::new(),
+        n => format!(" ({n} of them by the index's thread once done)"),
+    };
+    let what = format!(
+        "{} commits walked, alongside check and index{helped}",
+        history.commits_walked
+    );
+    steps.took("history", took, what)?;
+    Ok(history)
+}
+
+/// Last, the manifest of every file written: what a following dispatcher fetches. Beside it
+/// (hidden, so in no manifest) how the site was made, for the next incremental rebuild.
+fn finish(
+    opts: &Options,
+    tmp: &Path,
+    made: &incremental::Made,
+    clean: &checked::Clean,
+    info: &BuildInfo,
+    hashed: &[manifest::Entry],
+    steps: &mut Steps,
+) -> Result<()> {
+    made.save(tmp)?;
+    clean.write(tmp)?;
+    let previous = opts.out.is_dir().then_some(opts.out.as_path());
+    let manifest = manifest::write(tmp, &info.commit, previous, hashed)?;
+    steps.done(
+        "manifest",
+        format!("{} files in {}", manifest.files.len(), manifest::FILE),
+    )
+}
+
+/// What every step after `check` reads: the rows, the counts, HEAD, how the site is made
+/// (its addresses), the contract fingerprints and the categories.
+struct Plan {
+    bindings: crate::row::binding::Bindings,
+    all_rows: Vec<Row>,
+    enabled: Vec<Row>,
+    counts: Counts,
+    /// The build as HEAD gives it, before the history says whether it is partial.
+    head_info: BuildInfo,
+    made: incremental::Made,
+    urls: Urls,
+    /// Contract fingerprints over the enabled rows, as a dispatcher computes them.
+    prints: std::collections::HashMap<String, String>,
+    categories: Vec<String>,
+}
+
+impl Plan {
+    fn new(opts: &Options, checked: crate::check::Checked, templates: &pages::Templates) -> Plan {
+        let all_rows = checked.rows;
+        let enabled: Vec<Row> = all_rows.iter().filter(|r| r.enabled).cloned().collect();
+        let counts = Counts::of(&all_rows);
+        let head = history::head(&opts.catalogue);
+        let head_info = BuildInfo {
+            commit: head.as_ref().map(|h| h.sha.clone()).unwrap_or_default(),
+            date: head.as_ref().map(|h| h.date.clone()).unwrap_or_default(),
+            capdir_version: env!("CARGO_PKG_VERSION").to_string(),
+            history_partial: false,
+            counts: counts.clone(),
+        };
+        let made = incremental::Made::of(opts, templates);
+        let urls = made.urls();
+        let prints = crate::row::call::fingerprints(&enabled);
+        let mut categories: Vec<String> = enabled
+            .iter()
+            .map(|r| crate::row::category_name(&r.category).to_string())
+            .collect();
+        categories.sort();
+        categories.dedup();
+        Plan {
+            bindings: checked.bindings,
+            all_rows,
+            enabled,
+            counts,
+            head_info,
+            made,
+            urls,
+            prints,
+            categories,
+        }
+    }
+
+    /// What every page's layout needs, for the build `info`.
+    fn common<'a>(&'a self, info: &'a BuildInfo, templates: &'a pages::Templates) -> Common<'a> {
+        Common {
+            site: SiteMeta::default_for(&self.counts),
+            counts: &self.counts,
+            build: info,
+            repo_url: self.made.repo_url.clone(),
+            dispatcher: self.urls.dispatcher.clone(),
+            templates,
+        }
+    }
+
+    /// The projections, the bindings and the layouts of the parts: known once the rows are
+    /// checked and HEAD is read, so they are written alongside index and history, on the core
+    /// the history walk leaves idle when check and index finish first.
+    fn write_projections(&self, tmp: &Path, templates: &pages::Templates) -> Result<Duration> {
+        let started = Instant::now();
+        let common = self.common(&self.head_info, templates);
+        let enabled: Vec<&Row> = self.enabled.iter().collect();
+        let layouts = site::write_projections(
+            tmp,
+            &enabled,
+            &common,
+            &self.urls,
+            &self.categories,
+            &self.prints,
+            None,
+        )?;
+        parts::Layouts::save(tmp, &layouts)?;
+        write_bindings(tmp, &self.bindings)?;
+        Ok(started.elapsed())
+    }
+
+    /// The snapshot on a thread of its own alongside the pages, filling the core the pages
+    /// leave idle while one thread writes the index pages: each one's time, or its error.
+    fn pages_and_snapshot(
+        &self,
+        opts: &Options,
+        tmp: &Path,
+        history: &History,
+        tombs: &[Tombstone],
+        common: &Common,
+    ) -> (Result<Duration>, Result<(usize, site::Written)>) {
+        std::thread::scope(|s| {
+            let side = s.spawn(|| self.write_snapshot(opts, tmp, history, tombs, common.build));
+            let pages = self.write_pages(opts, tmp, history, tombs, common);
+            let side = side
+                .join()
+                .unwrap_or_else(|_| Err(anyhow!("the snapshot thread panicked")));
+            (side, pages)
+        })
+    }
+
+    /// The history's cache and the SQLite snapshot.
+    fn write_snapshot(
+        &self,
+        opts: &Options,
+        tmp: &Path,
+        history: &History,
+        tombs: &[Tombstone],
+        info: &BuildInfo,
+    ) -> Result<Duration> {
+        let started = Instant::now();
+        if history.missing.is_none() {
+            history::save_cache(history, &opts.catalogue, &tmp.join(HISTORY_CACHE))?;
+        }
+        snapshot::write(
+            &tmp.join(snapshot::FILE),
+            &self.all_rows,
+            history,
+            tombs,
+            info,
+            &self.prints,
+        )?;
+        Ok(started.elapsed())
+    }
+
+    /// Every contract (its three files), the pages that list the rows, and the tombstones:
+    /// how many contracts, and what was written.
+    fn write_pages(
+        &self,
+        opts: &Options,
+        tmp: &Path,
+        history: &History,
+        tombs: &[Tombstone],
+        common: &Common,
+    ) -> Result<(usize, site::Written)> {
+        let contracts: Vec<Contract> = self
+            .enabled
+            .iter()
+            .map(|r| {
+                let file = r.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                let print = &self.prints[&r.key];
+                Contract::new(r, history.of(file), &self.urls, print, &self.bindings)
+            })
+            .collect();
+        let bar = progress_bar(opts.progress, contracts.len() as u64);
+        let previous = opts.out.is_dir().then_some(opts.out.as_path());
+        let listings: Vec<pages::Listing> = contracts.iter().map(pages::Listing::of).collect();
+        let enabled: Vec<&Row> = self.enabled.iter().collect();
+        // The index and category pages on a thread of their own beside the contracts'
+        // workers, which take their rows in batches and so leave it its share.
+        let written = std::thread::scope(|s| {
+            let others = s.spawn(|| {
+                site::write_pages(
+                    tmp,
+                    common,
+                    &enabled,
+                    &listings,
+                    tombs,
+                    &self.bindings,
+                    None,
+                )
+            });
+            let written = site::write_contracts(tmp, previous, common, &contracts, &|n| bar.inc(n));
+            let others = others
+                .join()
+                .unwrap_or_else(|_| Err(anyhow!("the index pages' thread panicked")));
+            written.and_then(|w| others.map(|()| w))
+        })?;
+        bar.finish_and_clear();
+        for t in tombs {
+            site::write_tombstone(tmp, common, t)?;
+        }
+        Ok((contracts.len(), written))
+    }
 }
 
 fn progress_bar(wanted: bool, len: u64) -> indicatif::ProgressBar {
