@@ -15,7 +15,7 @@
 
 use crate::check::slug;
 use crate::import::arguments::{body_args, param_arg, piece};
-use crate::import::operation::{In, Operation, path_params};
+use crate::import::operation::{Body, In, Operation, path_params};
 use crate::import::parts::{Arg, Context, Draft, Place, note};
 use crate::import::schema::{self, SchemaReader};
 use crate::import::{Note, docstring, server, text, yaml};
@@ -31,6 +31,75 @@ const MAX_EXAMPLES: usize = 3;
 
 /// Draft `op`, or say why it cannot be imported.
 pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
+    sendable(op)?;
+    let mut d = Drafting {
+        cx,
+        reader: SchemaReader::new(cx.refs),
+        notes: Vec::new(),
+        skip: Vec::new(),
+        credential_param: None,
+    };
+    let path_names = path_params(&op.path);
+    let mut args = d.path_args(op, &path_names);
+    let mut others = d.other_params(op, &path_names);
+    let body_kind = match &op.body {
+        Some(body) => d.body_fields(body, &mut others),
+        None => None,
+    };
+    // Required before optional, each group in the document's order; one name per argument.
+    others.sort_by_key(|a| !a.required);
+    unique_names(&mut args, &mut others);
+    args.extend(others);
+    let Drafting {
+        mut notes,
+        mut skip,
+        reader,
+        credential_param,
+        ..
+    } = d;
+    if !op.callbacks.is_empty() {
+        notes.push(note(
+            "callbacks",
+            format!(
+                "callbacks not imported (a row makes one request and receives none): {}",
+                op.callbacks.join(", ")
+            ),
+        ));
+    }
+    notes.extend(reader.notes.into_iter().map(|n| note("schema", n)));
+    if !skip.is_empty() {
+        skip.extend(notes);
+        return Err(skip);
+    }
+    let base = base_of(cx, op)?;
+    let target = target(&op.method, &base, &op.path, &args).map_err(|e| vec![note("target", e)])?;
+    let payload = request_lines(&args, body_kind);
+    let (auth, auth_notes) = auth_of(cx, op, credential_param.as_ref());
+    notes.extend(auth_notes.into_iter().map(|m| note("security", m)));
+    let input_schema = input_schema(&args, &mut notes);
+    let examples = examples(&args, &input_schema, &mut notes);
+    let doc = docstring::lines(&cx.title, op, &args, examples.first());
+    let read_only = matches!(op.method.as_str(), "GET" | "HEAD" | "OPTIONS");
+    Ok(Draft {
+        name: crate::import::key::name_words(op.id.as_deref(), &op.method, &op.path),
+        operation: op.label(),
+        operation_id: op.id.clone(),
+        target,
+        base,
+        sensitive: !read_only && !auth.is_empty(),
+        auth,
+        category: category_of(cx, op),
+        input_schema,
+        examples,
+        doc,
+        payload,
+        asks: asks_of(op),
+        notes,
+    })
+}
+
+/// An operation a row can be made of at all: read whole, with a method rows send.
+fn sendable(op: &Operation<'_>) -> Result<(), Vec<Note>> {
     if !op.malformed.is_empty() {
         return Err(op
             .malformed
@@ -44,107 +113,148 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
             format!("{} is not a method rows can send", op.method),
         )]);
     }
-    let mut notes = Vec::new();
-    let mut skip = Vec::new();
-    let mut reader = SchemaReader::new(cx.refs);
-    let mut args: Vec<Arg> = Vec::new();
-    let mut credential_param: Option<(In, String)> = None;
+    Ok(())
+}
 
-    // Path parameters, in the order the path names them.
-    let path_names = path_params(&op.path);
-    for name in &path_names {
-        let declared = op
-            .params
-            .iter()
-            .find(|p| p.location == In::Path && &p.name == name);
-        let arg = match declared {
-            Some(p) => param_arg(cx, &mut reader, p, &mut notes, &mut skip),
-            None => {
-                notes.push(note(
-                    "undeclared_path_parameter",
-                    format!("path parameter `{name}` is not declared; taken as a string"),
-                ));
-                Some(Arg {
-                    name: name.clone(),
-                    schema: json!({"type": "string"}),
-                    examples: Vec::new(),
-                    place: Place::Path(name.clone()),
-                    required: true,
-                })
-            }
-        };
-        args.extend(arg.map(|mut a| {
-            a.required = true;
-            a
-        }));
-    }
-    let mut others: Vec<Arg> = Vec::new();
-    for p in &op.params {
-        match p.location {
-            In::Path => {
-                if !path_names.contains(&p.name) {
-                    notes.push(note(
-                        "undeclared_path_parameter",
-                        format!(
-                            "path parameter `{}` does not appear in the path; left out",
-                            p.name
-                        ),
-                    ));
-                }
-            }
-            In::Header
-                if ["accept", "content-type", "authorization", "content-length"]
-                    .contains(&p.name.to_ascii_lowercase().as_str()) => {}
-            In::Header | In::Query if is_credential(&p.name) && cx.options.auth.is_none() => {
-                credential_param.get_or_insert((p.location, p.name.clone()));
-            }
-            // Swagger 2.0's form fields are its body (`operation::swagger_body`); one left
-            // here is in a document of another version, where `formData` means nothing.
-            In::FormData => notes.push(note(
-                "body_field",
-                format!(
-                    "`formData` parameter `{}` outside Swagger 2.0 is not sent; OpenAPI 3 puts form fields in `requestBody`",
-                    p.name
-                ),
-            )),
-            In::Cookie => {
-                let n = note(
-                    "cookie_parameter",
-                    format!(
-                        "{} cookie parameter `{}` cannot be sent: rows set no cookies from arguments",
-                        if p.required { "required" } else { "optional" },
-                        p.name
-                    ),
-                );
-                if p.required {
-                    skip.push(n);
-                } else {
-                    notes.push(n);
-                }
-            }
-            In::Header
-                if !wire_name_fits(&p.name)
-                    || crate::row::expand::header_name_problem(&p.name).is_err() =>
-            {
-                let why = crate::row::expand::header_name_problem(&p.name)
-                    .err()
-                    .unwrap_or_else(|| {
-                        format!("`{}` is a name a request line cannot hold", p.name)
-                    });
-                let n = note("header_parameter", format!("header parameter: {why}"));
-                if p.required {
-                    skip.push(n);
-                } else {
-                    notes.push(n);
-                }
-            }
-            _ => others.extend(param_arg(cx, &mut reader, p, &mut notes, &mut skip)),
+/// One operation's arguments as they are read: the notes so far, the reasons not to import
+/// it (`skip`), and the parameter that carries the credential, if one does.
+struct Drafting<'c, 'd> {
+    cx: &'c Context<'d>,
+    reader: SchemaReader<'d>,
+    notes: Vec<Note>,
+    skip: Vec<Note>,
+    credential_param: Option<(In, String)>,
+}
+
+impl Drafting<'_, '_> {
+    /// What cannot be sent: a reason not to import the operation when it is required, else
+    /// a note.
+    fn unsendable(&mut self, required: bool, n: Note) {
+        if required {
+            self.skip.push(n);
+        } else {
+            self.notes.push(n);
         }
     }
-    let mut body_kind = None;
-    if let Some(body) = &op.body {
-        let (fields, kind) = body_args(cx, &mut reader, body, &mut notes, &mut skip);
-        body_kind = kind;
+
+    /// The path parameters, in the order the path names them, each required.
+    fn path_args(&mut self, op: &Operation<'_>, path_names: &[String]) -> Vec<Arg> {
+        let mut args = Vec::new();
+        for name in path_names {
+            let declared = op
+                .params
+                .iter()
+                .find(|p| p.location == In::Path && &p.name == name);
+            let arg = match declared {
+                Some(p) => param_arg(
+                    self.cx,
+                    &mut self.reader,
+                    p,
+                    &mut self.notes,
+                    &mut self.skip,
+                ),
+                None => {
+                    self.notes.push(note(
+                        "undeclared_path_parameter",
+                        format!("path parameter `{name}` is not declared; taken as a string"),
+                    ));
+                    Some(Arg {
+                        name: name.clone(),
+                        schema: json!({"type": "string"}),
+                        examples: Vec::new(),
+                        place: Place::Path(name.clone()),
+                        required: true,
+                    })
+                }
+            };
+            args.extend(arg.map(|mut a| {
+                a.required = true;
+                a
+            }));
+        }
+        args
+    }
+
+    /// The query and header parameters that become arguments; the rest noted (a credential
+    /// parameter kept aside, a cookie or a header no request line can hold).
+    fn other_params(&mut self, op: &Operation<'_>, path_names: &[String]) -> Vec<Arg> {
+        let mut others = Vec::new();
+        for p in &op.params {
+            match p.location {
+                In::Path => {
+                    if !path_names.contains(&p.name) {
+                        self.notes.push(note(
+                            "undeclared_path_parameter",
+                            format!(
+                                "path parameter `{}` does not appear in the path; left out",
+                                p.name
+                            ),
+                        ));
+                    }
+                }
+                In::Header
+                    if ["accept", "content-type", "authorization", "content-length"]
+                        .contains(&p.name.to_ascii_lowercase().as_str()) => {}
+                In::Header | In::Query
+                    if is_credential(&p.name) && self.cx.options.auth.is_none() =>
+                {
+                    self.credential_param
+                        .get_or_insert((p.location, p.name.clone()));
+                }
+                // Swagger 2.0's form fields are its body (`operation::swagger_body`); one left
+                // here is in a document of another version, where `formData` means nothing.
+                In::FormData => self.notes.push(note(
+                    "body_field",
+                    format!(
+                        "`formData` parameter `{}` outside Swagger 2.0 is not sent; OpenAPI 3 puts form fields in `requestBody`",
+                        p.name
+                    ),
+                )),
+                In::Cookie => {
+                    let n = note(
+                        "cookie_parameter",
+                        format!(
+                            "{} cookie parameter `{}` cannot be sent: rows set no cookies from arguments",
+                            if p.required { "required" } else { "optional" },
+                            p.name
+                        ),
+                    );
+                    self.unsendable(p.required, n);
+                }
+                In::Header
+                    if !wire_name_fits(&p.name)
+                        || crate::row::expand::header_name_problem(&p.name).is_err() =>
+                {
+                    let why = crate::row::expand::header_name_problem(&p.name)
+                        .err()
+                        .unwrap_or_else(|| {
+                            format!("`{}` is a name a request line cannot hold", p.name)
+                        });
+                    let n = note("header_parameter", format!("header parameter: {why}"));
+                    self.unsendable(p.required, n);
+                }
+                _ => others.extend(param_arg(
+                    self.cx,
+                    &mut self.reader,
+                    p,
+                    &mut self.notes,
+                    &mut self.skip,
+                )),
+            }
+        }
+        others
+    }
+
+    /// The body's fields (or the body whole) into `others`, but a field no request line can
+    /// name; the body's kind.
+    fn body_fields(&mut self, body: &Body, others: &mut Vec<Arg>) -> Option<BodyKind> {
+        let (fields, kind) = body_args(
+            self.cx,
+            &mut self.reader,
+            body,
+            &mut self.notes,
+            &mut self.skip,
+        );
         for f in fields {
             if let Place::Field(w) = &f.place
                 && !wire_name_fits(w)
@@ -153,52 +263,34 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
                     "body_field",
                     format!("body field `{w}` has a name a request line cannot hold"),
                 );
-                if f.required {
-                    skip.push(n);
-                } else {
-                    notes.push(n);
-                }
+                self.unsendable(f.required, n);
                 continue;
             }
             others.push(f);
         }
+        kind
     }
-    // Required before optional, each group in the document's order; one name per argument.
-    others.sort_by_key(|a| !a.required);
-    let mut named: Vec<Arg> = Vec::new();
-    for a in others {
-        named.push(a);
-    }
-    unique_names(&mut args, &mut named);
-    args.extend(named);
-    if !op.callbacks.is_empty() {
-        notes.push(note(
-            "callbacks",
-            format!(
-                "callbacks not imported (a row makes one request and receives none): {}",
-                op.callbacks.join(", ")
-            ),
-        ));
-    }
-    for n in std::mem::take(&mut reader.notes) {
-        notes.push(note("schema", n));
-    }
-    if !skip.is_empty() {
-        skip.extend(notes);
-        return Err(skip);
-    }
+}
 
-    let base = match op
+/// The operation's base URL: its own servers', else the document's.
+fn base_of(cx: &Context<'_>, op: &Operation<'_>) -> Result<String, Vec<Note>> {
+    match op
         .servers
         .and_then(|s| server::of_servers(s, &cx.doc.origin).ok())
     {
-        Some(b) => b,
-        None => cx.base.clone().map_err(|e| vec![note("no_server", e)])?,
-    };
-    let target = target(&op.method, &base, &op.path, &args).map_err(|e| vec![note("target", e)])?;
-    let payload = request_lines(&args, body_kind);
+        Some(b) => Ok(b),
+        None => cx.base.clone().map_err(|e| vec![note("no_server", e)]),
+    }
+}
 
-    let (auth, auth_notes) = match (&cx.options.auth, &credential_param) {
+/// The row's `auth`: `--auth` when given, else the parameter that carries the credential,
+/// else the operation's security; and what could not be mapped.
+fn auth_of(
+    cx: &Context<'_>,
+    op: &Operation<'_>,
+    credential_param: Option<&(In, String)>,
+) -> (String, Vec<String>) {
+    match (&cx.options.auth, credential_param) {
         (Some(a), _) => (a.clone(), Vec::new()),
         (None, Some((location, name))) => {
             let env = format!("{}_{}", cx.env_base, crate::import::auth::env_part(name));
@@ -211,13 +303,12 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
             (auth, Vec::new())
         }
         (None, None) => cx.schemes.auth_for(op.security),
-    };
-    notes.extend(auth_notes.into_iter().map(|m| note("security", m)));
+    }
+}
 
-    let input_schema = input_schema(&args, &mut notes);
-    let examples = examples(&args, &input_schema, &mut notes);
-    let doc = docstring::lines(&cx.title, op, &args, examples.first());
-    let category = match &cx.options.category {
+/// `--category`, else the operation's first tag, else the API's name, as a category.
+fn category_of(cx: &Context<'_>, op: &Operation<'_>) -> String {
+    match &cx.options.category {
         Some(c) => c.clone(),
         None => op
             .tags
@@ -225,32 +316,20 @@ pub fn draft(cx: &Context<'_>, op: &Operation<'_>) -> Result<Draft, Vec<Note>> {
             .map(|t| slug(t))
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| slug(&cx.title)),
-    };
+    }
+}
+
+/// The operation's summary as the row's ask, when it reads as one (two words or more, at
+/// most 100 characters).
+fn asks_of(op: &Operation<'_>) -> Vec<String> {
     let ask = text::plain(&op.summary)
         .trim_end_matches(['.', ' '])
         .to_lowercase();
-    let asks = if ask.split_whitespace().count() >= 2 && ask.chars().count() <= 100 {
+    if ask.split_whitespace().count() >= 2 && ask.chars().count() <= 100 {
         vec![ask]
     } else {
         Vec::new()
-    };
-    let read_only = matches!(op.method.as_str(), "GET" | "HEAD" | "OPTIONS");
-    Ok(Draft {
-        name: crate::import::key::name_words(op.id.as_deref(), &op.method, &op.path),
-        operation: op.label(),
-        operation_id: op.id.clone(),
-        target,
-        base,
-        sensitive: !read_only && !auth.is_empty(),
-        auth,
-        category,
-        input_schema,
-        examples,
-        doc,
-        payload,
-        asks,
-        notes,
-    })
+    }
 }
 
 /// The target: base URL, the path with `$N` for its parameters, and one query expression.
