@@ -422,118 +422,20 @@ pub struct Parsed {
 /// Parse one row file. `path` is used for diagnostics and the expected key (its stem).
 pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
     let mut out = Parsed::default();
-    let err = |pos, code, msg: String, help: &str| Diagnostic::error(path, pos, code, msg, help);
-    if bytes.len() > MAX_ROW_BYTES {
-        out.diags.push(err(
-            (1, 1),
-            "file_too_large",
-            format!(
-                "row file is {} bytes; the limit is {MAX_ROW_BYTES}",
-                bytes.len()
-            ),
-            "a row describes one capability in a few KB; move bulk data out of the catalogue",
-        ));
-        return out;
-    }
-    let text = match std::str::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            let (line, col) = line_col(bytes, e.valid_up_to());
-            out.diags.push(err(
-                (line, col),
-                "not_utf8",
-                format!(
-                    "row file is not UTF-8 text (invalid byte at offset {})",
-                    e.valid_up_to()
-                ),
-                "save the file as UTF-8 YAML",
-            ));
+    let (text, map) = match mapping(path, bytes) {
+        Ok(read) => read,
+        Err(d) => {
+            out.diags.push(d);
             return out;
         }
-    };
-    if text.trim().is_empty() {
-        out.diags.push(err(
-            (1, 1),
-            "empty_file",
-            "row file is empty".into(),
-            "write the row's fields, or run `capdir new KEY --type fn` for a scaffold",
-        ));
-        return out;
-    }
-    let value: Yaml = match serde_yaml::from_str(text) {
-        Ok(v) => v,
-        Err(e) => {
-            let pos = e
-                .location()
-                .map(|l| (l.line(), l.column()))
-                .unwrap_or((1, 1));
-            // An error found at the end of the text (an unclosed quote or bracket runs on to
-            // the end) is about the last line written, not the empty one after it.
-            let pos = if pos.0 > yaml_lines(text).count() {
-                last_written(text).unwrap_or(pos)
-            } else {
-                pos
-            };
-            let msg = e.to_string();
-            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-            out.diags.push(err(
-                pos,
-                "yaml_syntax",
-                format!("YAML syntax error: {msg}"),
-                "fix the YAML at this position (indent with spaces, close quotes, one `field: value` a line)",
-            ));
-            return out;
-        }
-    };
-    let Yaml::Mapping(map) = value else {
-        out.diags.push(err(
-            (1, 1),
-            "not_a_mapping",
-            format!(
-                "a row file must be a mapping of fields, found {}",
-                yaml_kind(&value)
-            ),
-            "write the row as `key: …`, `type: …`, `content: |` lines",
-        ));
-        return out;
     };
     let spans = Spans::of(text);
+    let raw = known_fields(path, &map, &spans, &mut out.diags);
     let mut fields = Fields {
         path,
         spans: &spans,
         diags: &mut out.diags,
     };
-
-    let mut raw: BTreeMap<&str, &Yaml> = BTreeMap::new();
-    for (k, v) in &map {
-        let Some(name) = k.as_str() else {
-            fields.diags.push(err(
-                (1, 1),
-                "unknown_field",
-                format!("field names must be strings, found {}", yaml_kind(k)),
-                "use one of the row fields: key, type, target, auth, content, …",
-            ));
-            continue;
-        };
-        if let Some(known) = FIELDS.iter().find(|f| **f == name) {
-            raw.insert(known, v);
-            continue;
-        }
-        let help = if name == "created_at" || name == "updated_at" {
-            format!("remove `{name}`: it is derived from the Git history of the file")
-        } else if let Some(s) = did_you_mean(name, FIELDS.iter().copied()) {
-            format!("did you mean `{s}`?")
-        } else {
-            format!("remove it; the row fields are: {}", FIELDS.join(", "))
-        };
-        fields.diags.push(err(
-            spans.key(name),
-            "unknown_field",
-            format!("unknown field `{name}`"),
-            &help,
-        ));
-    }
-
     let key = fields.string(&raw, "key");
     let kind_text = fields.string(&raw, "type");
     let content = fields.string(&raw, "content");
@@ -552,52 +454,26 @@ pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
     let sensitive = fields.boolean(&raw, "sensitive").unwrap_or(false);
     let route_reply = fields.boolean(&raw, "route_reply").unwrap_or(false);
     let input_schema = fields.json(&raw, "input_schema");
-
-    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    let key = match key {
-        Some(k) => k,
-        None => {
-            if !raw.contains_key("key") {
-                out.diags.push(err(
-                    (1, 1),
-                    "missing_key",
-                    "row has no `key`".into(),
-                    &format!("add `key: {stem}` (the key equals the file name)"),
-                ));
-            }
-            return out;
+    let Some(key) = key else {
+        if !raw.contains_key("key") {
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            out.diags.push(Diagnostic::error(
+                path,
+                (1, 1),
+                "missing_key",
+                "row has no `key`",
+                format!("add `key: {stem}` (the key equals the file name)"),
+            ));
         }
+        return out;
     };
-    let kind = match kind_text {
-        Some(t) => match RowType::parse(&t) {
-            Some(k) => Some(k),
-            None => {
-                out.diags.push(err(
-                    spans.value("type"),
-                    "bad_type",
-                    format!("unknown row type `{t}`"),
-                    "use one of: fn, http, agent, flow",
-                ));
-                None
-            }
-        },
-        None => {
-            if !raw.contains_key("type") {
-                out.diags.push(err(
-                    spans.key("key"),
-                    "missing_type",
-                    "row has no `type`".into(),
-                    "add `type: fn` (or http, agent, flow)",
-                ));
-            }
-            None
-        }
-    };
+    let kind = kind_of(path, kind_text, &raw, &spans, &mut out.diags);
     if content.is_none() && !raw.contains_key("content") {
-        out.diags.push(err(
+        out.diags.push(Diagnostic::error(
+            path,
             spans.key("key"),
             "missing_content",
-            "row has no `content`".into(),
+            "row has no `content`",
             "add `content: |` with `# WHAT:`, `# WHEN_TO_USE:`, `# ARGS:`, `# EX:`, `# OUTPUT:` lines and the payload",
         ));
     }
@@ -629,6 +505,149 @@ pub fn parse_row(path: &Path, bytes: &[u8]) -> Parsed {
         spans,
     });
     out
+}
+
+/// The file as text and its YAML as a mapping of fields, or the first reason it is neither
+/// (too large, not UTF-8, empty, not YAML, not a mapping).
+fn mapping<'b>(path: &Path, bytes: &'b [u8]) -> Result<(&'b str, serde_yaml::Mapping), Diagnostic> {
+    let err = |pos, code, msg: String, help: &str| Diagnostic::error(path, pos, code, msg, help);
+    if bytes.len() > MAX_ROW_BYTES {
+        return Err(err(
+            (1, 1),
+            "file_too_large",
+            format!(
+                "row file is {} bytes; the limit is {MAX_ROW_BYTES}",
+                bytes.len()
+            ),
+            "a row describes one capability in a few KB; move bulk data out of the catalogue",
+        ));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        err(
+            line_col(bytes, e.valid_up_to()),
+            "not_utf8",
+            format!(
+                "row file is not UTF-8 text (invalid byte at offset {})",
+                e.valid_up_to()
+            ),
+            "save the file as UTF-8 YAML",
+        )
+    })?;
+    if text.trim().is_empty() {
+        return Err(err(
+            (1, 1),
+            "empty_file",
+            "row file is empty".into(),
+            "write the row's fields, or run `capdir new KEY --type fn` for a scaffold",
+        ));
+    }
+    let value: Yaml = serde_yaml::from_str(text).map_err(|e| {
+        let pos = e
+            .location()
+            .map(|l| (l.line(), l.column()))
+            .unwrap_or((1, 1));
+        // An error found at the end of the text (an unclosed quote or bracket runs on to the
+        // end) is about the last line written, not the empty one after it.
+        let pos = if pos.0 > yaml_lines(text).count() {
+            last_written(text).unwrap_or(pos)
+        } else {
+            pos
+        };
+        let msg = e.to_string();
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        err(
+            pos,
+            "yaml_syntax",
+            format!("YAML syntax error: {msg}"),
+            "fix the YAML at this position (indent with spaces, close quotes, one `field: value` a line)",
+        )
+    })?;
+    match value {
+        Yaml::Mapping(map) => Ok((text, map)),
+        other => Err(err(
+            (1, 1),
+            "not_a_mapping",
+            format!(
+                "a row file must be a mapping of fields, found {}",
+                yaml_kind(&other)
+            ),
+            "write the row as `key: …`, `type: …`, `content: |` lines",
+        )),
+    }
+}
+
+/// The row's fields by name; each field name that is not one (or not a string) a diagnostic.
+fn known_fields<'m>(
+    path: &Path,
+    map: &'m serde_yaml::Mapping,
+    spans: &Spans,
+    diags: &mut Vec<Diagnostic>,
+) -> BTreeMap<&'static str, &'m Yaml> {
+    let mut raw = BTreeMap::new();
+    for (k, v) in map {
+        let Some(name) = k.as_str() else {
+            diags.push(Diagnostic::error(
+                path,
+                (1, 1),
+                "unknown_field",
+                format!("field names must be strings, found {}", yaml_kind(k)),
+                "use one of the row fields: key, type, target, auth, content, …",
+            ));
+            continue;
+        };
+        if let Some(known) = FIELDS.iter().find(|f| **f == name) {
+            raw.insert(*known, v);
+            continue;
+        }
+        let help = if name == "created_at" || name == "updated_at" {
+            format!("remove `{name}`: it is derived from the Git history of the file")
+        } else if let Some(s) = did_you_mean(name, FIELDS.iter().copied()) {
+            format!("did you mean `{s}`?")
+        } else {
+            format!("remove it; the row fields are: {}", FIELDS.join(", "))
+        };
+        diags.push(Diagnostic::error(
+            path,
+            spans.key(name),
+            "unknown_field",
+            format!("unknown field `{name}`"),
+            help,
+        ));
+    }
+    raw
+}
+
+/// The row's type, when it names one; a missing or unknown type a diagnostic.
+fn kind_of(
+    path: &Path,
+    kind_text: Option<String>,
+    raw: &BTreeMap<&'static str, &Yaml>,
+    spans: &Spans,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<RowType> {
+    let Some(t) = kind_text else {
+        if !raw.contains_key("type") {
+            diags.push(Diagnostic::error(
+                path,
+                spans.key("key"),
+                "missing_type",
+                "row has no `type`",
+                "add `type: fn` (or http, agent, flow)",
+            ));
+        }
+        return None;
+    };
+    let kind = RowType::parse(&t);
+    if kind.is_none() {
+        diags.push(Diagnostic::error(
+            path,
+            spans.value("type"),
+            "bad_type",
+            format!("unknown row type `{t}`"),
+            "use one of: fn, http, agent, flow",
+        ));
+    }
+    kind
 }
 
 /// Typed access to the raw field values, recording a `wrong_type` diagnostic on mismatch.
