@@ -286,115 +286,36 @@ pub(super) fn body_args(
     notes: &mut Vec<Note>,
     skip: &mut Vec<Note>,
 ) -> (Vec<Arg>, Option<BodyKind>) {
-    let unsupported =
-        |required: bool, what: String, notes: &mut Vec<Note>, skip: &mut Vec<Note>| {
-            if required {
-                skip.push(note("body_media", format!("required request body {what}")));
-            } else {
-                notes.push(note(
-                    "body_media",
-                    format!("optional request body {what}; the row sends none"),
-                ));
-            }
-            (Vec::new(), None)
-        };
-    let (required, description, raw_schema, examples, kind) = match body {
+    let declared = match body {
+        Body::Form {
+            required,
+            multipart,
+            fields,
+        } => return form_args(cx, reader, (*required, *multipart), fields, notes, skip),
         Body::Content {
             required,
             description,
             content,
-        } => {
-            let best = content
-                .keys()
-                .filter_map(|m| media_rank(m).map(|(r, k)| (r, k, m)))
-                .min_by_key(|(r, _, _)| *r);
-            let Some((_, kind, media)) = best else {
-                let kinds: Vec<&str> = content.keys().map(String::as_str).collect();
-                return unsupported(
-                    *required,
-                    format!(
-                        "as {} cannot be sent: rows send JSON, form, multipart or text bodies",
-                        if kinds.is_empty() {
-                            "nothing".to_string()
-                        } else {
-                            kinds.join(", ")
-                        }
-                    ),
-                    notes,
-                    skip,
-                );
-            };
-            let m = &content[media.as_str()];
-            let mut examples: Vec<Json> = m.get("example").cloned().into_iter().collect();
-            examples.extend(named_examples(cx, m.get("examples")));
-            (
-                *required,
-                description.clone(),
-                m.get("schema").cloned().unwrap_or_else(|| json!({})),
-                examples,
-                kind,
-            )
-        }
+        } => Declared::of_content(cx, *required, description, content),
         Body::Schema {
             required,
             description,
             param,
             consumes,
-        } => {
-            if !consumes.is_empty() && !consumes.iter().any(|c| is_json_media(c)) {
-                return unsupported(
-                    *required,
-                    format!(
-                        "as {} cannot be sent: a Swagger 2.0 body parameter is sent as JSON",
-                        consumes.join(", ")
-                    ),
-                    notes,
-                    skip,
-                );
-            }
-            let mut examples: Vec<Json> = Vec::new();
-            if let Some(Json::Object(x)) = param.get("x-examples") {
-                examples.extend(x.values().cloned());
-            }
-            (
-                *required,
-                description.clone(),
-                param.get("schema").cloned().unwrap_or_else(|| json!({})),
-                examples,
-                BodyKind::Json,
-            )
-        }
-        Body::Form {
-            required,
-            multipart,
-            fields,
-        } => {
-            let mut args = Vec::new();
-            for f in fields {
-                let mut f = f.clone();
-                if !required {
-                    f.required = false;
-                }
-                let file = f.def.get("type").and_then(Json::as_str) == Some("file");
-                if file {
-                    file_note(&f.name, f.required, notes, skip);
-                    continue;
-                }
-                if let Some(mut a) = param_arg(cx, reader, &f, notes, skip) {
-                    a.place = Place::Field(f.name.clone());
-                    args.push(a);
-                }
-            }
-            let kind = if *multipart {
-                BodyKind::Multipart
-            } else {
-                BodyKind::Form
-            };
-            return (args, Some(kind));
-        }
+        } => Declared::of_parameter(*required, description, param, consumes),
     };
+    let declared = match declared {
+        Ok(d) => d,
+        Err(what) => return unsupported(body_required(body), what, notes, skip),
+    };
+    let Declared {
+        required,
+        description,
+        raw_schema,
+        mut examples,
+        kind,
+    } = declared;
     let schema = reader.read(&raw_schema);
-    let mut examples = examples;
     if let Some(e) = raw_schema.get("example").cloned() {
         examples.push(e);
     }
@@ -410,38 +331,8 @@ pub(super) fn body_args(
         (BodyKind::Json | BodyKind::Form | BodyKind::Multipart, Some(props))
             if object && !composed =>
         {
-            let required_fields: Vec<&str> = schema
-                .get("required")
-                .and_then(Json::as_array)
-                .map(|r| r.iter().filter_map(Json::as_str).collect())
-                .unwrap_or_default();
             let example = examples.first().and_then(Json::as_object);
-            let mut args = Vec::new();
-            for (name, field) in props {
-                let field_required = required && required_fields.contains(&name.as_str());
-                if kind != BodyKind::Json && is_file(field) {
-                    file_note(name, field_required, notes, skip);
-                    continue;
-                }
-                let described_field = match field.get("description").and_then(Json::as_str) {
-                    Some(d) => described(
-                        field.clone(),
-                        &text::cut(&text::plain(d), ARG_DESCRIPTION_CHARS),
-                    ),
-                    None => field.clone(),
-                };
-                args.push(Arg {
-                    name: name.clone(),
-                    schema: described_field,
-                    examples: example
-                        .and_then(|e| e.get(name))
-                        .cloned()
-                        .into_iter()
-                        .collect(),
-                    place: Place::Field(name.clone()),
-                    required: field_required,
-                });
-            }
+            let args = field_args(&schema, props, (required, kind), example, notes, skip);
             (args, Some(kind))
         }
         (BodyKind::Form | BodyKind::Multipart, _) => {
@@ -461,6 +352,184 @@ pub(super) fn body_args(
             |a| (vec![a], Some(BodyKind::Whole)),
         ),
     }
+}
+
+/// A body of a kind rows cannot send: a reason not to import when it is required, else a
+/// note (and the row sends no body).
+fn unsupported(
+    required: bool,
+    what: String,
+    notes: &mut Vec<Note>,
+    skip: &mut Vec<Note>,
+) -> (Vec<Arg>, Option<BodyKind>) {
+    if required {
+        skip.push(note("body_media", format!("required request body {what}")));
+    } else {
+        notes.push(note(
+            "body_media",
+            format!("optional request body {what}; the row sends none"),
+        ));
+    }
+    (Vec::new(), None)
+}
+
+/// A body as the document declares it (OpenAPI 3's `requestBody` in the media type rows send
+/// best, or Swagger 2.0's `in: body` parameter), before its schema is read.
+struct Declared {
+    required: bool,
+    description: String,
+    raw_schema: Json,
+    examples: Vec<Json>,
+    kind: BodyKind,
+}
+
+impl Declared {
+    /// OpenAPI 3's `requestBody` in the media type rows send best, or why none can be sent.
+    fn of_content(
+        cx: &Context<'_>,
+        required: bool,
+        description: &str,
+        content: &Map<String, Json>,
+    ) -> Result<Declared, String> {
+        let best = content
+            .keys()
+            .filter_map(|m| media_rank(m).map(|(r, k)| (r, k, m)))
+            .min_by_key(|(r, _, _)| *r);
+        let Some((_, kind, media)) = best else {
+            let kinds: Vec<&str> = content.keys().map(String::as_str).collect();
+            let kinds = if kinds.is_empty() {
+                "nothing".to_string()
+            } else {
+                kinds.join(", ")
+            };
+            return Err(format!(
+                "as {kinds} cannot be sent: rows send JSON, form, multipart or text bodies"
+            ));
+        };
+        let m = &content[media.as_str()];
+        let mut examples: Vec<Json> = m.get("example").cloned().into_iter().collect();
+        examples.extend(named_examples(cx, m.get("examples")));
+        Ok(Declared {
+            required,
+            description: description.to_string(),
+            raw_schema: m.get("schema").cloned().unwrap_or_else(|| json!({})),
+            examples,
+            kind,
+        })
+    }
+
+    /// Swagger 2.0's `in: body` parameter, sent as JSON, or why it cannot be.
+    fn of_parameter(
+        required: bool,
+        description: &str,
+        param: &Map<String, Json>,
+        consumes: &[String],
+    ) -> Result<Declared, String> {
+        if !consumes.is_empty() && !consumes.iter().any(|c| is_json_media(c)) {
+            return Err(format!(
+                "as {} cannot be sent: a Swagger 2.0 body parameter is sent as JSON",
+                consumes.join(", ")
+            ));
+        }
+        let mut examples: Vec<Json> = Vec::new();
+        if let Some(Json::Object(x)) = param.get("x-examples") {
+            examples.extend(x.values().cloned());
+        }
+        Ok(Declared {
+            required,
+            description: description.to_string(),
+            raw_schema: param.get("schema").cloned().unwrap_or_else(|| json!({})),
+            examples,
+            kind: BodyKind::Json,
+        })
+    }
+}
+
+/// Whether the operation requires its body.
+fn body_required(body: &Body<'_>) -> bool {
+    match body {
+        Body::Content { required, .. }
+        | Body::Schema { required, .. }
+        | Body::Form { required, .. } => *required,
+    }
+}
+
+/// Swagger 2.0's `in: formData` parameters as the fields of a form (or multipart) body; a
+/// file is not sent.
+fn form_args(
+    cx: &Context<'_>,
+    reader: &mut SchemaReader<'_>,
+    (required, multipart): (bool, bool),
+    fields: &[Param<'_>],
+    notes: &mut Vec<Note>,
+    skip: &mut Vec<Note>,
+) -> (Vec<Arg>, Option<BodyKind>) {
+    let mut args = Vec::new();
+    for f in fields {
+        let mut f = f.clone();
+        if !required {
+            f.required = false;
+        }
+        let file = f.def.get("type").and_then(Json::as_str) == Some("file");
+        if file {
+            file_note(&f.name, f.required, notes, skip);
+            continue;
+        }
+        if let Some(mut a) = param_arg(cx, reader, &f, notes, skip) {
+            a.place = Place::Field(f.name.clone());
+            args.push(a);
+        }
+    }
+    let kind = if multipart {
+        BodyKind::Multipart
+    } else {
+        BodyKind::Form
+    };
+    (args, Some(kind))
+}
+
+/// An argument per property of an object body (a file field of a form is not sent); its
+/// example from the body's first.
+fn field_args(
+    schema: &Json,
+    props: &Map<String, Json>,
+    (required, kind): (bool, BodyKind),
+    example: Option<&Map<String, Json>>,
+    notes: &mut Vec<Note>,
+    skip: &mut Vec<Note>,
+) -> Vec<Arg> {
+    let required_fields: Vec<&str> = schema
+        .get("required")
+        .and_then(Json::as_array)
+        .map(|r| r.iter().filter_map(Json::as_str).collect())
+        .unwrap_or_default();
+    let mut args = Vec::new();
+    for (name, field) in props {
+        let field_required = required && required_fields.contains(&name.as_str());
+        if kind != BodyKind::Json && is_file(field) {
+            file_note(name, field_required, notes, skip);
+            continue;
+        }
+        let described_field = match field.get("description").and_then(Json::as_str) {
+            Some(d) => described(
+                field.clone(),
+                &text::cut(&text::plain(d), ARG_DESCRIPTION_CHARS),
+            ),
+            None => field.clone(),
+        };
+        args.push(Arg {
+            name: name.clone(),
+            schema: described_field,
+            examples: example
+                .and_then(|e| e.get(name))
+                .cloned()
+                .into_iter()
+                .collect(),
+            place: Place::Field(name.clone()),
+            required: field_required,
+        });
+    }
+    args
 }
 
 fn file_note(name: &str, required: bool, notes: &mut Vec<Note>, skip: &mut Vec<Note>) {
