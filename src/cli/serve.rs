@@ -221,7 +221,27 @@ pub(super) async fn settings(
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     super::init_logs();
-    let base_url = a.base_url.unwrap_or_else(|| format!("http://{}", a.addr));
+    let base_url = a
+        .base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", a.addr));
+    crate::serve::ledger_outside_site(&a.site, &a.ledger.url)?;
+    let data_dir = crate::invoke::breaker::data_dir(a.data.clone());
+    crate::serve::data_outside_site(&a.site, &data_dir)?;
+    let checkpoint_every = std::time::Duration::from_secs(a.log.checkpoint_every);
+    let log = a.log.open(&data_dir, &base_url)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let source = Source {
+        follow: a.follow.as_deref(),
+        trust: a.trust.as_deref(),
+        catalogue: a.catalogue.as_deref(),
+        write: a.write,
+    };
+    let (follower, write) = site_source(source, &a.site, &data_dir, &base_url, &runtime)?;
+    let options = mcp::Options {
+        projection: a.projection,
+        page_size: a.mcp_page_size,
+    };
     let Args {
         site,
         addr,
@@ -230,101 +250,25 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         open,
         public_metrics,
         limits,
-        follow,
         follow_interval,
         egress,
-        log,
         ..
     } = a;
-    crate::serve::ledger_outside_site(&site, &ledger.url)?;
-    crate::serve::data_outside_site(&site, &crate::invoke::breaker::data_dir(data.clone()))?;
-    let checkpoint_every = std::time::Duration::from_secs(log.checkpoint_every);
-    let log = log.open(&crate::invoke::breaker::data_dir(data.clone()), &base_url)?;
-    let runtime = tokio::runtime::Runtime::new()?;
-    let mut write = None;
-    let follower = match (follow, a.catalogue) {
-        (Some(url), _) => {
-            let trust = match a.trust.as_deref() {
-                Some(key) => Some(crate::dispatch::TrustConfig {
-                    root: read_public_key(key)?,
-                    file: crate::invoke::breaker::data_dir(data.clone()).join("follow-trust.json"),
-                }),
-                None => None,
-            };
-            Some(runtime.block_on(first_sync(&url, &site, trust))?)
-        }
-        (None, Some(catalogue)) => {
-            let options = crate::build::Options {
-                dispatcher_url: base_url.clone(),
-                ..crate::build::Options::new(&catalogue, &site)
-            };
-            let built = |e: crate::build::BuildError| match e {
-                crate::build::BuildError::Check(d) => {
-                    anyhow::anyhow!("the catalogue has errors:\n{d}")
-                }
-                crate::build::BuildError::Other(e) => e,
-            };
-            match a.write {
-                Some(mode) => {
-                    write = Some(crate::write::Ready::open(mode, options).map_err(built)?);
-                    tracing::info!(mode = mode.as_str(), catalogue = %catalogue.display(), "writes on");
-                }
-                None => {
-                    crate::build::incremental::open_current(&options).map_err(built)?;
-                }
-            }
-            None
-        }
-        (None, None) => {
-            super::ensure_site(&site, &base_url)?;
-            None
-        }
-    };
-    let options = mcp::Options {
-        projection: a.projection,
-        page_size: a.mcp_page_size,
-    };
     runtime.block_on(async move {
         let mut settings = settings(&site, &ledger.url, base_url, data.clone(), options).await?;
         let (token_key, key_source) =
             crate::access::token::TokenKey::load(&crate::invoke::breaker::data_dir(data))?;
         egress.apply(&mut settings.config)?;
-        let config = &mut settings.config;
-        if let Some(secs) = limits.upstream_timeout {
-            config.http.timeout = std::time::Duration::from_secs(secs);
-            config.agent.timeout = std::time::Duration::from_secs(secs.saturating_mul(4));
-            config.mcp.timeout = std::time::Duration::from_secs(secs);
-        }
-        if let Some(cap) = limits.response_cap {
-            config.http.max_body_bytes = cap;
-            config.agent.max_body_bytes = cap;
-            config.mcp.max_output_bytes = cap;
-        }
-        let file_limit = crate::serve::listen::open_file_limit();
-        let budget = crate::serve::listen::connection_budget(file_limit);
-        let max_connections = limits
-            .max_connections
-            .map_or(budget, |n| usize::try_from(n).unwrap_or(usize::MAX).min(budget));
-        if limits.max_connections.is_some_and(|n| n > budget as u64) {
-            tracing::warn!(
-                max_connections,
-                file_limit,
-                "--max-connections lowered to what the open-file limit leaves room for"
-            );
-        }
-        let connections = crate::serve::listen::ConnectionLimits {
-            header_timeout: std::time::Duration::from_secs(limits.header_timeout),
-            body_timeout: std::time::Duration::from_secs(limits.body_timeout),
-            idle_timeout: std::time::Duration::from_secs(limits.idle_timeout),
-            max_connections,
-        };
+        upstream_limits(&mut settings.config, &limits);
+        let (connections, file_limit) = connection_limits(&limits);
+        let config = &settings.config;
         tracing::info!(
             body_limit = limits.body_limit,
             max_inflight = limits.max_inflight,
             header_timeout_s = limits.header_timeout,
             body_timeout_s = limits.body_timeout,
             idle_timeout_s = limits.idle_timeout,
-            max_connections,
+            max_connections = connections.max_connections,
             file_limit,
             upstream_timeout_s = config.http.timeout.as_secs(),
             response_cap = config.http.max_body_bytes,
@@ -342,20 +286,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
             write,
             ..settings
         };
-        if settings.owner_key.as_deref().unwrap_or("").is_empty() {
-            tracing::warn!(
-                "CAPDIR_OWNER_KEY is not set: only capability tokens can invoke, and nobody can read every receipt"
-            );
-        }
-        if open {
-            tracing::warn!(
-                "open mode (--open): callers without a credential may invoke rows that are not sensitive and use no credential"
-            );
-        } else {
-            tracing::info!(
-                "closed mode: invoking needs the owner key or a capability token (--open lets anonymous callers run rows that are not sensitive and use no credential)"
-            );
-        }
+        say_who_may_invoke(&settings);
         let state = AppState::new(settings)?;
         state.spawn_reloader(std::time::Duration::from_millis(200));
         state.dispatcher().keep_log(log);
@@ -369,4 +300,120 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
         crate::serve::listen::serve(listener, crate::serve::app(state), connections).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// What `capdir serve` was told to serve from.
+struct Source<'a> {
+    follow: Option<&'a str>,
+    trust: Option<&'a str>,
+    catalogue: Option<&'a Path>,
+    write: Option<crate::write::Mode>,
+}
+
+/// Where the served site comes from: a publisher followed (`--follow`, its first build
+/// fetched now), a catalogue built in place (and written to, with `--write`), or the site
+/// as it is (the bundled catalogue's, built when there is none).
+fn site_source(
+    a: Source<'_>,
+    site: &Path,
+    data_dir: &Path,
+    base_url: &str,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<(Option<Follower>, Option<crate::write::Ready>)> {
+    match (a.follow, a.catalogue) {
+        (Some(url), _) => {
+            let trust = match a.trust {
+                Some(key) => Some(crate::dispatch::TrustConfig {
+                    root: read_public_key(key)?,
+                    file: data_dir.join("follow-trust.json"),
+                }),
+                None => None,
+            };
+            Ok((Some(runtime.block_on(first_sync(url, site, trust))?), None))
+        }
+        (None, Some(catalogue)) => {
+            let options = crate::build::Options {
+                dispatcher_url: base_url.to_string(),
+                ..crate::build::Options::new(catalogue, site)
+            };
+            let built = |e: crate::build::BuildError| match e {
+                crate::build::BuildError::Check(d) => {
+                    anyhow::anyhow!("the catalogue has errors:\n{d}")
+                }
+                crate::build::BuildError::Other(e) => e,
+            };
+            match a.write {
+                Some(mode) => {
+                    let write = crate::write::Ready::open(mode, options).map_err(built)?;
+                    tracing::info!(mode = mode.as_str(), catalogue = %catalogue.display(), "writes on");
+                    Ok((None, Some(write)))
+                }
+                None => {
+                    crate::build::incremental::open_current(&options).map_err(built)?;
+                    Ok((None, None))
+                }
+            }
+        }
+        (None, None) => {
+            super::ensure_site(site, base_url)?;
+            Ok((None, None))
+        }
+    }
+}
+
+/// `--upstream-timeout` and `--response-cap` over the runners' defaults (an agent's call
+/// gets four times the timeout).
+fn upstream_limits(config: &mut crate::invoke::InvokerConfig, limits: &Limits) {
+    if let Some(secs) = limits.upstream_timeout {
+        config.http.timeout = std::time::Duration::from_secs(secs);
+        config.agent.timeout = std::time::Duration::from_secs(secs.saturating_mul(4));
+        config.mcp.timeout = std::time::Duration::from_secs(secs);
+    }
+    if let Some(cap) = limits.response_cap {
+        config.http.max_body_bytes = cap;
+        config.agent.max_body_bytes = cap;
+        config.mcp.max_output_bytes = cap;
+    }
+}
+
+/// The limits of callers' connections, `--max-connections` lowered to what the open-file
+/// limit leaves room for; and that limit.
+fn connection_limits(limits: &Limits) -> (crate::serve::listen::ConnectionLimits, Option<u64>) {
+    let file_limit = crate::serve::listen::open_file_limit();
+    let budget = crate::serve::listen::connection_budget(file_limit);
+    let max_connections = limits.max_connections.map_or(budget, |n| {
+        usize::try_from(n).unwrap_or(usize::MAX).min(budget)
+    });
+    if limits.max_connections.is_some_and(|n| n > budget as u64) {
+        tracing::warn!(
+            max_connections,
+            file_limit,
+            "--max-connections lowered to what the open-file limit leaves room for"
+        );
+    }
+    let connections = crate::serve::listen::ConnectionLimits {
+        header_timeout: std::time::Duration::from_secs(limits.header_timeout),
+        body_timeout: std::time::Duration::from_secs(limits.body_timeout),
+        idle_timeout: std::time::Duration::from_secs(limits.idle_timeout),
+        max_connections,
+    };
+    (connections, file_limit)
+}
+
+/// Who may invoke, said at start: the owner key or tokens, and anonymous callers under `--open`.
+fn say_who_may_invoke(settings: &Settings) {
+    if settings.owner_key.as_deref().unwrap_or("").is_empty() {
+        tracing::warn!(
+            "CAPDIR_OWNER_KEY is not set: only capability tokens can invoke, and nobody can read every receipt"
+        );
+    }
+    if settings.open {
+        tracing::warn!(
+            "open mode (--open): callers without a credential may invoke rows that are not sensitive and use no credential"
+        );
+    } else {
+        tracing::info!(
+            "closed mode: invoking needs the owner key or a capability token (--open lets anonymous callers run rows that are not sensitive and use no credential)"
+        );
+    }
 }

@@ -157,7 +157,7 @@ pub fn read(doc: &Document) -> (Vec<Operation<'_>>, Vec<BadPathItem>) {
             }
         };
         let mut shared_malformed = Vec::new();
-        let (shared, shared_body) = params(
+        let shared = params(
             &refs,
             item.get("parameters"),
             &format!("{item_pointer}/parameters"),
@@ -174,71 +174,24 @@ pub fn read(doc: &Document) -> (Vec<Operation<'_>>, Vec<BadPathItem>) {
                 continue;
             };
             let mut malformed = shared_malformed.clone();
-            let (own, own_body) = params(
+            let own = params(
                 &refs,
                 op.get("parameters"),
                 &format!("{pointer}/parameters"),
                 &mut malformed,
             );
-            // The operation's parameters override the path item's of the same name and place.
-            let mut all: Vec<Param<'_>> = shared
-                .iter()
-                .filter(|s| {
-                    !own.iter()
-                        .any(|o| o.name == s.name && o.location == s.location)
-                })
-                .cloned()
-                .collect();
-            all.extend(own);
+            let mut all = overridden(&shared.0, own.0);
             let body = match doc.version {
                 Version::Swagger2 => {
                     let consumes = match op.get("consumes") {
                         Some(c) => strings(Some(c)),
                         None => root_consumes.clone(),
                     };
-                    swagger_body(&mut all, own_body.or(shared_body), consumes)
+                    swagger_body(&mut all, own.1.or(shared.1), consumes)
                 }
-                _ => match op.get("requestBody").map(|b| refs.follow(b)) {
-                    None => None,
-                    Some(Ok(Json::Object(b))) => match b.get("content") {
-                        Some(Json::Object(content)) => Some(Body::Content {
-                            required: b.get("required") == Some(&Json::Bool(true)),
-                            description: text(b, "description"),
-                            content,
-                        }),
-                        _ => {
-                            malformed.push(format!(
-                                "{pointer}/requestBody: a request body needs `content`, a mapping of media types"
-                            ));
-                            None
-                        }
-                    },
-                    Some(Ok(other)) => {
-                        malformed.push(format!(
-                            "{pointer}/requestBody: must be a mapping, found {}",
-                            kind(other)
-                        ));
-                        None
-                    }
-                    Some(Err(e)) => {
-                        malformed.push(format!("{pointer}/requestBody: {e}"));
-                        None
-                    }
-                },
+                _ => request_body(&refs, op, &pointer, &mut malformed),
             };
-            let responses = op.get("responses").and_then(Json::as_object);
-            let success = responses.and_then(|r| {
-                let mut codes: Vec<&String> = r
-                    .keys()
-                    .filter(|c| c.starts_with('2') || c.as_str() == "default")
-                    .collect();
-                codes.sort_by_key(|c| (c.as_str() == "default", c.as_str()));
-                let code = codes.first()?;
-                let def = refs.follow(&r[code.as_str()]).ok()?;
-                Some(((*code).clone(), def))
-            });
             ops.push(Operation {
-                pointer,
                 method: method.to_ascii_uppercase(),
                 path: path.clone(),
                 id: op
@@ -257,17 +210,82 @@ pub fn read(doc: &Document) -> (Vec<Operation<'_>>, Vec<BadPathItem>) {
                     .get("servers")
                     .or_else(|| item.get("servers"))
                     .filter(|s| s.as_array().is_some_and(|a| !a.is_empty())),
-                success,
+                success: success(&refs, op),
                 callbacks: op
                     .get("callbacks")
                     .and_then(Json::as_object)
                     .map(|c| c.keys().cloned().collect())
                     .unwrap_or_default(),
                 malformed,
+                pointer,
             });
         }
     }
     (ops, bad)
+}
+
+/// The path item's parameters (`shared`) with the operation's (`own`) over those of the same
+/// name and place.
+fn overridden<'d>(shared: &[Param<'d>], own: Vec<Param<'d>>) -> Vec<Param<'d>> {
+    let mut all: Vec<Param<'d>> = shared
+        .iter()
+        .filter(|s| {
+            !own.iter()
+                .any(|o| o.name == s.name && o.location == s.location)
+        })
+        .cloned()
+        .collect();
+    all.extend(own);
+    all
+}
+
+/// OpenAPI 3's `requestBody` of `op`, if it has a readable one (else a note in `malformed`).
+fn request_body<'d>(
+    refs: &Refs<'d>,
+    op: &'d Map<String, Json>,
+    pointer: &str,
+    malformed: &mut Vec<String>,
+) -> Option<Body<'d>> {
+    match op.get("requestBody").map(|b| refs.follow(b)) {
+        None => None,
+        Some(Ok(Json::Object(b))) => match b.get("content") {
+            Some(Json::Object(content)) => Some(Body::Content {
+                required: b.get("required") == Some(&Json::Bool(true)),
+                description: text(b, "description"),
+                content,
+            }),
+            _ => {
+                malformed.push(format!(
+                    "{pointer}/requestBody: a request body needs `content`, a mapping of media types"
+                ));
+                None
+            }
+        },
+        Some(Ok(other)) => {
+            malformed.push(format!(
+                "{pointer}/requestBody: must be a mapping, found {}",
+                kind(other)
+            ));
+            None
+        }
+        Some(Err(e)) => {
+            malformed.push(format!("{pointer}/requestBody: {e}"));
+            None
+        }
+    }
+}
+
+/// The answer a call is expected to get: the first 2XX response, else `default`.
+fn success<'d>(refs: &Refs<'d>, op: &'d Map<String, Json>) -> Option<(String, &'d Json)> {
+    let r = op.get("responses").and_then(Json::as_object)?;
+    let mut codes: Vec<&String> = r
+        .keys()
+        .filter(|c| c.starts_with('2') || c.as_str() == "default")
+        .collect();
+    codes.sort_by_key(|c| (c.as_str() == "default", c.as_str()));
+    let code = codes.first()?;
+    let def = refs.follow(&r[code.as_str()]).ok()?;
+    Some(((*code).clone(), def))
 }
 
 fn strings(v: Option<&Json>) -> Vec<String> {
