@@ -542,14 +542,28 @@ impl Built {
             .collect();
         // The caller says what the rules across the changed rows are, when it knows.
         self.across = None;
+        self.take_rows(delta, head, &changed);
+        let (prints_changed, gone) = self.fingerprint_again(&changed);
+        steps.lap("fingerprints");
+        self.write_contracts(delta, &prints_changed, &gone)?;
+        steps.lap("contracts");
+        Ok(RowsApplied {
+            changed,
+            prints_changed,
+            gone,
+        })
+    }
+
+    /// The rows changed into the model, with the build's commit and counts, and the pages
+    /// they make stale marked. A category page lists its rows and names every category beside
+    /// the counts: the pages of the changed rows' categories (before and after) change, and
+    /// every page when the categories or the counts do.
+    fn take_rows(&mut self, delta: &Delta, head: Option<&history::CommitInfo>, changed: &[String]) {
         if self.stale.layouts.is_none() {
             self.stale.layouts = Some(parts::Layouts::take(&self.out));
         }
-        // A category page lists its rows and names every category beside the counts: the
-        // pages of the changed rows' categories (before and after) change, and every page
-        // when the categories or the counts do.
         let (counts_before, names_before) = (self.info.counts.clone(), self.category_names());
-        self.stale.mark(&self.rows, &changed);
+        self.stale.mark(&self.rows, changed);
         for key in &delta.removed {
             self.rows.remove(key);
         }
@@ -562,12 +576,15 @@ impl Built {
             self.info.date.clone_from(&head.date);
         }
         self.info.counts = Counts::of(self.rows.values().map(|r| &**r));
-        self.stale.mark(&self.rows, &changed);
+        self.stale.mark(&self.rows, changed);
         if self.info.counts != counts_before || self.category_names() != names_before {
             self.stale.every = true;
         }
+    }
 
-        // Fingerprints: of the rows changed and of those composing them.
+    /// The fingerprints of the rows changed and of those composing them: those that changed,
+    /// and the changed keys whose row is gone (removed or disabled).
+    fn fingerprint_again(&mut self, changed: &[String]) -> (HashMap<String, String>, Vec<String>) {
         let enabled: Vec<&Row> = self
             .rows
             .values()
@@ -592,15 +609,24 @@ impl Built {
             }
         }
         let mut gone: Vec<String> = Vec::new();
-        for key in &changed {
+        for key in changed {
             if !self.rows.get(key).is_some_and(|r| r.enabled) {
                 self.prints.remove(key);
                 gone.push(key.clone());
             }
         }
-        steps.lap("fingerprints");
+        (prints_changed, gone)
+    }
 
-        // Contracts: the rows changed and the rows whose fingerprint changed.
+    /// The contracts of the rows changed and of the rows whose fingerprint changed; for a row
+    /// gone, a tombstone when the history shows the file deleted, else its pages removed (a
+    /// disabled row has none in a full build).
+    fn write_contracts(
+        &mut self,
+        delta: &Delta,
+        prints_changed: &HashMap<String, String>,
+        gone: &[String],
+    ) -> Result<()> {
         let common = Common {
             site: SiteMeta::default_for(&self.info.counts),
             counts: &self.info.counts,
@@ -638,9 +664,7 @@ impl Built {
                 self.touched.insert(format!("k/{key}.{ext}"));
             }
         }
-        // Rows gone: a tombstone when the history shows the file deleted; a disabled row's
-        // pages are removed, as a full build makes none.
-        for key in &gone {
+        for key in gone {
             let file = self.file_of(key);
             let tomb = (!self.rows.contains_key(key))
                 .then(|| Tombstone::from_history(key, self.history.of(&file), &self.urls))
@@ -662,13 +686,7 @@ impl Built {
                 None => self.tombstones.remove(key),
             };
         }
-        site::append_page_inputs(&self.out, &inputs)?;
-        steps.lap("contracts");
-        Ok(RowsApplied {
-            changed,
-            prints_changed,
-            gone,
-        })
+        site::append_page_inputs(&self.out, &inputs)
     }
 
     /// Apply `delta` to the site on disk and to this model: see the module's comment for
