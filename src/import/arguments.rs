@@ -42,33 +42,7 @@ pub(super) fn param_arg(
     notes: &mut Vec<Note>,
     skip: &mut Vec<Note>,
 ) -> Option<Arg> {
-    let raw = match cx.doc.version {
-        Version::Swagger2 => Json::Object(
-            p.def
-                .iter()
-                .filter(|(k, _)| {
-                    !matches!(
-                        k.as_str(),
-                        "name" | "in" | "required" | "description" | "allowEmptyValue"
-                    )
-                })
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
-        _ => match (
-            p.def.get("schema"),
-            p.def.get("content").and_then(Json::as_object),
-        ) {
-            (Some(s), _) => s.clone(),
-            (None, Some(content)) => content
-                .values()
-                .next()
-                .and_then(|m| m.get("schema"))
-                .cloned()
-                .unwrap_or_else(|| json!({})),
-            (None, None) => json!({}),
-        },
-    };
+    let raw = raw_schema(cx, p);
     let mut schema = reader.read(&raw);
     let kind = schema::json_type(&schema).map(str::to_string);
     // Only a list, an object or a value of any type has a way to be spread on the wire.
@@ -110,6 +84,65 @@ pub(super) fn param_arg(
         }
         _ => {}
     }
+    schema = with_description(schema, p);
+    if p.def.get("deprecated") == Some(&Json::Bool(true))
+        && let Json::Object(m) = &mut schema
+    {
+        m.insert("deprecated".into(), json!(true));
+    }
+    let place = match p.location {
+        In::Path => Place::Path(p.name.clone()),
+        In::Query => Place::Query(
+            percent_encoding::utf8_percent_encode(&p.name, COMPONENT).to_string(),
+            mode,
+        ),
+        In::Header => Place::Header(p.name.clone()),
+        In::Cookie | In::FormData => Place::Field(p.name.clone()),
+    };
+    Some(Arg {
+        name: p.name.clone(),
+        schema,
+        examples: param_examples(cx, p, &raw),
+        place,
+        required: p.required,
+    })
+}
+
+/// A parameter's schema as the document writes it: Swagger 2.0's parameter itself (less
+/// what only a parameter has), else its `schema` or its first media type's.
+fn raw_schema(cx: &Context<'_>, p: &Param<'_>) -> Json {
+    match cx.doc.version {
+        Version::Swagger2 => Json::Object(
+            p.def
+                .iter()
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "name" | "in" | "required" | "description" | "allowEmptyValue"
+                    )
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        _ => match (
+            p.def.get("schema"),
+            p.def.get("content").and_then(Json::as_object),
+        ) {
+            (Some(s), _) => s.clone(),
+            (None, Some(content)) => content
+                .values()
+                .next()
+                .and_then(|m| m.get("schema"))
+                .cloned()
+                .unwrap_or_else(|| json!({})),
+            (None, None) => json!({}),
+        },
+    }
+}
+
+/// `schema` described by the parameter's description and the schema's own, joined when both
+/// say something different, cut to [`ARG_DESCRIPTION_CHARS`].
+fn with_description(schema: Json, p: &Param<'_>) -> Json {
     let description = text::plain(
         p.def
             .get("description")
@@ -127,14 +160,16 @@ pub(super) fn param_arg(
         (false, false) if previous == description => description,
         (false, false) => format!("{description} ({previous})"),
     };
-    if !joined.is_empty() {
-        schema = described(schema, &text::cut(&joined, ARG_DESCRIPTION_CHARS));
+    if joined.is_empty() {
+        schema
+    } else {
+        described(schema, &text::cut(&joined, ARG_DESCRIPTION_CHARS))
     }
-    if p.def.get("deprecated") == Some(&Json::Bool(true))
-        && let Json::Object(m) = &mut schema
-    {
-        m.insert("deprecated".into(), json!(true));
-    }
+}
+
+/// Every example the document gives of a parameter, a path piece's list as one
+/// comma-separated value.
+fn param_examples(cx: &Context<'_>, p: &Param<'_>, raw: &Json) -> Vec<Json> {
     let mut examples = Vec::new();
     examples.extend(p.def.get("example").cloned());
     examples.extend(p.def.get("x-example").cloned());
@@ -143,7 +178,7 @@ pub(super) fn param_arg(
     if let Some(Json::Array(list)) = raw.get("examples") {
         examples.extend(list.iter().cloned());
     }
-    let examples = examples
+    examples
         .into_iter()
         .map(|e| match e {
             // A path piece is one comma-separated value; elsewhere a list stays a list.
@@ -157,23 +192,7 @@ pub(super) fn param_arg(
             ),
             other => other,
         })
-        .collect();
-    let place = match p.location {
-        In::Path => Place::Path(p.name.clone()),
-        In::Query => Place::Query(
-            percent_encoding::utf8_percent_encode(&p.name, COMPONENT).to_string(),
-            mode,
-        ),
-        In::Header => Place::Header(p.name.clone()),
-        In::Cookie | In::FormData => Place::Field(p.name.clone()),
-    };
-    Some(Arg {
-        name: p.name.clone(),
-        schema,
-        examples,
-        place,
-        required: p.required,
-    })
+        .collect()
 }
 
 /// How a query parameter's list or object goes on the wire (OpenAPI's `style` and
