@@ -461,44 +461,7 @@ impl Dispatcher {
         }
         check_undecided(&found)?;
         let live = self.live();
-        let category = live
-            .invoker
-            .rows()
-            .get(&p.key)
-            .map(|c| c.row.category.clone())
-            .unwrap_or_default();
-        if !Self::approver_covers(decider, p, &category) {
-            return Err(ApprovalRefusal::refuse(
-                "not_approver",
-                format!(
-                    "{} may decide calls of its own rows, not {}",
-                    decider.actor(),
-                    p.key
-                ),
-            ));
-        }
-        if approve {
-            let current = live
-                .invoker
-                .rows()
-                .get(&p.key)
-                .map(|c| c.fingerprint.clone());
-            if current.as_deref() != Some(p.fingerprint.as_str()) {
-                return Err(ApprovalRefusal::refuse(
-                    "contract_changed",
-                    format!(
-                        "{} changed since {id} was asked (fingerprint {} → {}); it is not run",
-                        p.key,
-                        short(&p.fingerprint),
-                        current.as_deref().map_or("removed", short)
-                    ),
-                ));
-            }
-        }
-        let note = note
-            .map(|n| secrets::redact(n.trim(), &self.secrets))
-            .filter(|n| !n.is_empty())
-            .map(|n| n.chars().take(2000).collect::<String>());
+        may_decide(&live, decider, p, id, approve)?;
         let decision = Decision {
             state: if approve {
                 watch::APPROVED
@@ -508,7 +471,10 @@ impl Dispatcher {
             .into(),
             by: decider.actor(),
             at: now,
-            note: note.clone(),
+            note: note
+                .map(|n| secrets::redact(n.trim(), &self.secrets))
+                .filter(|n| !n.is_empty())
+                .map(|n| n.chars().take(2000).collect::<String>()),
             receipt: ledger::new_id(),
         };
         let won = self
@@ -525,37 +491,7 @@ impl Dispatcher {
                 format!("{id} was decided meanwhile"),
             ));
         }
-        let output = format!(
-            "{}:{id}: {} for {}{}",
-            if approve { APPROVED } else { DENIED },
-            decider.actor(),
-            requester(p),
-            note.as_deref()
-                .map(|n| format!(": {n}"))
-                .unwrap_or_default()
-        );
-        let stamp = now_rfc3339();
-        let draft = Draft {
-            id: decision.receipt.clone(),
-            key: p.key.clone(),
-            actor: decider.actor(),
-            runner: "watcher".into(),
-            trace_id: p.trace_id.clone(),
-            started_at: stamp.clone(),
-            finished_at: stamp,
-            status: if approve { APPROVED } else { DENIED }.into(),
-            error_code: None,
-            cost_usd: None,
-            input_sha256: p.args_sha256.clone(),
-            output_sha256: ledger::sha256_hex(&output),
-            contract_sha256: p.fingerprint.clone(),
-            catalogue_commit: live.info.commit.clone(),
-            repairs: None,
-            parent: Some(p.request_receipt.clone()),
-            root: Some(p.request_receipt.clone()),
-            input: note.clone().unwrap_or_default(),
-            output,
-        };
+        let draft = decision_receipt(&live, decider, p, id, approve, &decision);
         self.append(vec![draft]).await?;
         if approve {
             let ran = self.run_approved(p, &decision.receipt).await;
@@ -764,5 +700,81 @@ impl Dispatcher {
             v["proof"] = json!(self.proof(r));
         }
         v
+    }
+}
+/// Whether `decider` may decide the call `p` now: an approver of its row, and, to approve
+/// it, the row still the contract that was asked for.
+fn may_decide(
+    live: &super::Live,
+    decider: &Caller,
+    p: &Pending,
+    id: &str,
+    approve: bool,
+) -> Result<(), DispatchError> {
+    let callable = live.invoker.rows().get(&p.key);
+    let category = callable.map(|c| c.row.category.clone()).unwrap_or_default();
+    if !Dispatcher::approver_covers(decider, p, &category) {
+        return Err(ApprovalRefusal::refuse(
+            "not_approver",
+            format!(
+                "{} may decide calls of its own rows, not {}",
+                decider.actor(),
+                p.key
+            ),
+        ));
+    }
+    let current = callable.map(|c| c.fingerprint.clone());
+    if approve && current.as_deref() != Some(p.fingerprint.as_str()) {
+        return Err(ApprovalRefusal::refuse(
+            "contract_changed",
+            format!(
+                "{} changed since {id} was asked (fingerprint {} → {}); it is not run",
+                p.key,
+                short(&p.fingerprint),
+                current.as_deref().map_or("removed", short)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The decision's receipt, below the request's.
+fn decision_receipt(
+    live: &super::Live,
+    decider: &Caller,
+    p: &Pending,
+    id: &str,
+    approve: bool,
+    decision: &Decision,
+) -> Draft {
+    let note = decision.note.as_deref();
+    let output = format!(
+        "{}:{id}: {} for {}{}",
+        if approve { APPROVED } else { DENIED },
+        decider.actor(),
+        requester(p),
+        note.map(|n| format!(": {n}")).unwrap_or_default()
+    );
+    let stamp = now_rfc3339();
+    Draft {
+        id: decision.receipt.clone(),
+        key: p.key.clone(),
+        actor: decider.actor(),
+        runner: "watcher".into(),
+        trace_id: p.trace_id.clone(),
+        started_at: stamp.clone(),
+        finished_at: stamp,
+        status: if approve { APPROVED } else { DENIED }.into(),
+        error_code: None,
+        cost_usd: None,
+        input_sha256: p.args_sha256.clone(),
+        output_sha256: ledger::sha256_hex(&output),
+        contract_sha256: p.fingerprint.clone(),
+        catalogue_commit: live.info.commit.clone(),
+        repairs: None,
+        parent: Some(p.request_receipt.clone()),
+        root: Some(p.request_receipt.clone()),
+        input: note.unwrap_or_default().to_string(),
+        output,
     }
 }
