@@ -147,62 +147,19 @@ impl IndexState {
         held: impl Fn(&str) -> Option<&'h Row>,
     ) -> Result<IndexState> {
         let id = self.fields.id.context("the index has no id field")?;
-        // A row whose indexed text is the same keeps its document; only what `rows.json`
-        // says of it (its rank, its example) is brought up to date.
-        let mut kept: Vec<&Row> = Vec::new();
-        let mut upserts_changed: Vec<&Row> = Vec::new();
-        for r in upserts.iter().copied() {
-            let indexed = r.enabled && r.planner_visible;
-            let same = indexed
-                && self.by_key.contains_key(&r.key)
-                && held(&r.key).is_some_and(|old| {
-                    document_text(old, &self.words) == document_text(r, &self.words)
-                });
-            if same {
-                kept.push(r);
-            } else {
-                upserts_changed.push(r);
-            }
-        }
-        let upserts = upserts_changed.as_slice();
-        let metas_only = |state: &IndexState| -> IndexState {
-            let mut rows = (*state.rows).clone();
-            for r in &kept {
-                if let Some(&at) = state.by_key.get(&r.key) {
-                    rows[at] = meta(r);
-                }
-            }
-            IndexState {
-                rows: Arc::new(rows),
-                ..state.clone()
-            }
-        };
+        let (kept, upserts) = self.split_unchanged(upserts, held);
         if upserts.is_empty() && !removed.iter().any(|k| self.by_key.contains_key(*k)) {
-            return Ok(metas_only(self));
+            return Ok(self.with_metas(&kept));
         }
-        let ram = RamDirectory::create();
-        for name in managed_files(&self.dir)? {
-            let bytes = self.dir.atomic_read(&name)?;
-            ram.atomic_write(&name, &bytes)?;
-        }
-        let index = Index::open(ram.clone())?;
-        index.tokenizers().register(ANALYZER, analyzer());
-        let options = tantivy::indexer::IndexWriterOptions::builder()
-            .num_worker_threads(1)
-            .num_merge_threads(1)
-            .build();
-        let mut writer: tantivy::IndexWriter = index.writer_with_options(options)?;
-        writer.set_merge_policy(Box::new(tantivy::merge_policy::NoMergePolicy));
-
+        let (ram, index, mut writer) = self.copy_in_memory()?;
         let mut rows = (*self.rows).clone();
         let mut by_key = (*self.by_key).clone();
         let mut words = self.words.clone();
-        let mut cleared = Vec::new();
-        let mut added_texts = Vec::new();
         let gone = removed
             .iter()
             .copied()
             .chain(upserts.iter().map(|r| r.key.as_str()));
+        let mut cleared = Vec::new();
         for key in gone {
             writer.delete_term(Term::from_field_text(id, key));
             if let Some(at) = by_key.remove(key) {
@@ -226,6 +183,7 @@ impl IndexState {
         if !new_words.is_subset(&words) {
             Arc::make_mut(&mut words).extend(new_words);
         }
+        let mut added_texts = Vec::new();
         for row in added {
             let ord = rows.len();
             writer.add_document(document(&self.fields, row, ord as u64, &words))?;
@@ -245,14 +203,8 @@ impl IndexState {
         merge_if_worth_it(&index, &mut writer)?;
         writer.garbage_collect_files().wait()?;
         writer.wait_merging_threads()?;
-        // The terms known, and those of the segments this change made (a deleted document's
-        // terms stay: so they do in the index's term dictionary until a merge).
-        let known: HashSet<tantivy::index::SegmentId> =
-            self.index.searchable_segment_ids()?.into_iter().collect();
-        let reader = index.reader()?;
-        let mut terms = (*self.terms).clone();
-        add_term_fields(&mut terms, &reader, &self.fields, &|id| !known.contains(id))?;
-        Ok(metas_only(&IndexState {
+        let terms = self.terms_with(&index)?;
+        let changed = IndexState {
             terms: Arc::new(terms),
             index,
             dir: ram,
@@ -261,7 +213,71 @@ impl IndexState {
             by_key: Arc::new(by_key),
             words,
             vectors,
-        }))
+        };
+        Ok(changed.with_metas(&kept))
+    }
+
+    /// `upserts` parted into the rows whose indexed text is the same (they keep their
+    /// documents; only what `rows.json` says of them, their rank and example, is brought up
+    /// to date) and the others.
+    fn split_unchanged<'r, 'h>(
+        &self,
+        upserts: &[&'r Row],
+        held: impl Fn(&str) -> Option<&'h Row>,
+    ) -> (Vec<&'r Row>, Vec<&'r Row>) {
+        upserts.iter().copied().partition(|r| {
+            let indexed = r.enabled && r.planner_visible;
+            indexed
+                && self.by_key.contains_key(&r.key)
+                && held(&r.key).is_some_and(|old| {
+                    document_text(old, &self.words) == document_text(r, &self.words)
+                })
+        })
+    }
+
+    /// This index with what `rows.json` says of `kept` brought up to date.
+    fn with_metas(&self, kept: &[&Row]) -> IndexState {
+        let mut rows = (*self.rows).clone();
+        for r in kept {
+            if let Some(&at) = self.by_key.get(&r.key) {
+                rows[at] = meta(r);
+            }
+        }
+        IndexState {
+            rows: Arc::new(rows),
+            ..self.clone()
+        }
+    }
+
+    /// A copy of the index's files in memory, opened, with a writer of one thread that
+    /// merges nothing by itself.
+    fn copy_in_memory(&self) -> Result<(RamDirectory, Index, tantivy::IndexWriter)> {
+        let ram = RamDirectory::create();
+        for name in managed_files(&self.dir)? {
+            let bytes = self.dir.atomic_read(&name)?;
+            ram.atomic_write(&name, &bytes)?;
+        }
+        let index = Index::open(ram.clone())?;
+        index.tokenizers().register(ANALYZER, analyzer());
+        let options = tantivy::indexer::IndexWriterOptions::builder()
+            .num_worker_threads(1)
+            .num_merge_threads(1)
+            .build();
+        let writer: tantivy::IndexWriter = index.writer_with_options(options)?;
+        writer.set_merge_policy(Box::new(tantivy::merge_policy::NoMergePolicy));
+        Ok((ram, index, writer))
+    }
+
+    /// The terms known, and those of the segments of `index` this index does not have (a
+    /// deleted document's terms stay: so they do in the index's term dictionary until a
+    /// merge).
+    fn terms_with(&self, index: &Index) -> Result<Terms> {
+        let known: HashSet<tantivy::index::SegmentId> =
+            self.index.searchable_segment_ids()?.into_iter().collect();
+        let reader = index.reader()?;
+        let mut terms = (*self.terms).clone();
+        add_term_fields(&mut terms, &reader, &self.fields, &|id| !known.contains(id))?;
+        Ok(terms)
     }
 
     /// A searcher over this index.
