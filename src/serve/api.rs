@@ -124,33 +124,8 @@ pub(super) async fn dispatch_get(
             .map_err(|e| with_proof(&state, e))?;
         return Ok(invoked_response(&state, &done));
     }
-    if let Some(text) = q.ask {
-        let answer = ask::answer(
-            &live.searcher,
-            &text,
-            q.limit.unwrap_or(12),
-            &state.inner.base,
-        )
-        .map_err(|e| ApiError::internal("search failed", e))?;
-        // Asked with a credential (a share link, or a header that holds): the answer's links
-        // carry shares of it. A credential that does not hold asks as anyone does.
-        let caller = get_caller(&state, &headers, q.share.as_deref()).unwrap_or(Caller::Anonymous);
-        if caller == Caller::Anonymous {
-            return Ok(axum::Json(answer).into_response());
-        }
-        // Only the links the dispatcher made, each for its own row: a row's `what` is its
-        // author's text, and is left as it is.
-        let mut answer = answer;
-        let share =
-            |url: &str, key: &str| super::share::share_link(&state, &live, &caller, url, key);
-        if let Some(best) = answer.best.as_mut() {
-            best.run_now_url = share(&best.run_now_url, &best.key);
-            best.contract_url = share(&best.contract_url, &best.key);
-        }
-        for c in &mut answer.candidates {
-            c.run_now_url = share(&c.run_now_url, &c.hit.key);
-        }
-        return Ok(private(axum::Json(answer).into_response()));
+    if let Some(text) = &q.ask {
+        return ask_get(&state, &live, &headers, text, &q);
     }
     if let Some(key) = q.key {
         let caller = get_caller(&state, &headers, q.share.as_deref())?;
@@ -176,27 +151,70 @@ pub(super) async fn dispatch_get(
         .into_response());
     }
     if q.registry.is_some() {
-        let path = state.site().join("registry.json");
-        let Some(category) = q.category else {
-            return site_file(&path, "application/json").await;
-        };
-        // One category's rows, in the registry's order, with the build's commit.
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| ApiError::internal("a site file is missing", e.into()))?;
-        let mut doc: Json = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::internal("the registry is not JSON", e.into()))?;
-        if let Some(rows) = doc.get_mut("rows").and_then(Json::as_array_mut) {
-            rows.retain(|r| {
-                crate::row::category_name(r["category"].as_str().unwrap_or_default()) == category
-            });
-        }
-        doc["category"] = json!(category);
-        return Ok(axum::Json(doc).into_response());
+        return registry(&state, q.category).await;
     }
-    // Nothing asked: what can be asked here.
+    Ok(forms(&state, &live))
+}
+
+/// `?ask=…`: the answer, its links carrying shares of the caller's credential when it asked
+/// with one (a share link, or a header that holds); a credential that does not hold asks as
+/// anyone does.
+fn ask_get(
+    state: &AppState,
+    live: &crate::dispatch::Live,
+    headers: &HeaderMap,
+    text: &str,
+    q: &DispatchQuery,
+) -> Result<Response, ApiError> {
+    let mut answer = ask::answer(
+        &live.searcher,
+        text,
+        q.limit.unwrap_or(12),
+        &state.inner.base,
+    )
+    .map_err(|e| ApiError::internal("search failed", e))?;
+    let caller = get_caller(state, headers, q.share.as_deref()).unwrap_or(Caller::Anonymous);
+    if caller == Caller::Anonymous {
+        return Ok(axum::Json(answer).into_response());
+    }
+    // Only the links the dispatcher made, each for its own row: a row's `what` is its
+    // author's text, and is left as it is.
+    let share = |url: &str, key: &str| super::share::share_link(state, live, &caller, url, key);
+    if let Some(best) = answer.best.as_mut() {
+        best.run_now_url = share(&best.run_now_url, &best.key);
+        best.contract_url = share(&best.contract_url, &best.key);
+    }
+    for c in &mut answer.candidates {
+        c.run_now_url = share(&c.run_now_url, &c.hit.key);
+    }
+    Ok(private(axum::Json(answer).into_response()))
+}
+
+/// `?registry=1`: the site's registry, or one category's rows of it in the registry's
+/// order, with the build's commit.
+async fn registry(state: &AppState, category: Option<String>) -> Result<Response, ApiError> {
+    let path = state.site().join("registry.json");
+    let Some(category) = category else {
+        return site_file(&path, "application/json").await;
+    };
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| ApiError::internal("a site file is missing", e.into()))?;
+    let mut doc: Json = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::internal("the registry is not JSON", e.into()))?;
+    if let Some(rows) = doc.get_mut("rows").and_then(Json::as_array_mut) {
+        rows.retain(|r| {
+            crate::row::category_name(r["category"].as_str().unwrap_or_default()) == category
+        });
+    }
+    doc["category"] = json!(category);
+    Ok(axum::Json(doc).into_response())
+}
+
+/// Nothing asked: what can be asked here.
+fn forms(state: &AppState, live: &crate::dispatch::Live) -> Response {
     let base = &state.inner.base;
-    Ok(axum::Json(json!({
+    axum::Json(json!({
         "dispatcher": "capdir",
         "commit": live.info.commit,
         "forms": {
@@ -210,7 +228,7 @@ pub(super) async fn dispatch_get(
         },
         "openapi": format!("{base}/openapi.json"),
     }))
-    .into_response())
+    .into_response()
 }
 
 async fn site_file(path: &Path, content_type: &'static str) -> Result<Response, ApiError> {
