@@ -216,42 +216,12 @@ pub fn prepare(call: &Call<'_>, access_token: Option<&str>) -> Result<Prepared, 
         Some(Err(e)) => return Err(Failure::new("http:bad_template", e)),
         None => None,
     };
-    if let Some(lines) = &lines {
-        for (name, value) in expand::headers(lines, &named).map_err(bad_args)? {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| Failure::new("http:bad_template", format!("`{name}`")))?;
-            let value = HeaderValue::from_str(&value).map_err(|_| {
-                bad_args(format!(
-                    "{name}: a header value cannot carry these characters"
-                ))
-            })?;
-            // The credential's header, set above, is never replaced by an argument.
-            if !headers.contains_key(&name) {
-                headers.insert(name, value);
-            }
+    let body = match &lines {
+        Some(lines) => {
+            line_headers(lines, &named, &mut headers)?;
+            lines_body(lines, &named, &mut headers)?
         }
-    }
-    let body = if let Some(lines) = &lines {
-        match expand::body(lines, &named).map_err(bad_args)? {
-            Some(b) => {
-                let ct = HeaderValue::from_str(&b.content_type)
-                    .map_err(|_| Failure::new("http:bad_template", b.content_type.clone()))?;
-                headers.insert(CONTENT_TYPE, ct);
-                Some(b.text)
-            }
-            None => None,
-        }
-    } else if payload.trim().is_empty() {
-        None
-    } else {
-        let ctx = Context::for_body(payload);
-        let body = template::render(payload, ctx, vars).map_err(|m| missing(m.needed, m.got))?;
-        // A JSON template is JSON; so is a body that one slot fills with a whole JSON document
-        // (`$3+`: imported rows take the request body as one argument).
-        if ctx == Context::Json || is_json_document(&body) {
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        }
-        Some(body)
+        None => template_body(payload, vars, &mut headers)?,
     };
     Ok(Prepared {
         method,
@@ -261,6 +231,63 @@ pub fn prepare(call: &Call<'_>, access_token: Option<&str>) -> Result<Prepared, 
         secrets,
         credential_name: credential.map(Credential::name),
     })
+}
+
+/// The headers of the request lines (`{header:…}`), each but the credential's, which an
+/// argument never replaces.
+fn line_headers(
+    lines: &expand::Lines,
+    named: &serde_json::Map<String, serde_json::Value>,
+    headers: &mut HeaderMap,
+) -> Result<(), Failure> {
+    for (name, value) in expand::headers(lines, named).map_err(bad_args)? {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| Failure::new("http:bad_template", format!("`{name}`")))?;
+        let value = HeaderValue::from_str(&value).map_err(|_| {
+            bad_args(format!(
+                "{name}: a header value cannot carry these characters"
+            ))
+        })?;
+        if !headers.contains_key(&name) {
+            headers.insert(name, value);
+        }
+    }
+    Ok(())
+}
+
+/// The body the request lines make (`{json:…}`, `{form:…}`, …), with its content type.
+fn lines_body(
+    lines: &expand::Lines,
+    named: &serde_json::Map<String, serde_json::Value>,
+    headers: &mut HeaderMap,
+) -> Result<Option<String>, Failure> {
+    match expand::body(lines, named).map_err(bad_args)? {
+        Some(b) => {
+            let ct = HeaderValue::from_str(&b.content_type)
+                .map_err(|_| Failure::new("http:bad_template", b.content_type.clone()))?;
+            headers.insert(CONTENT_TYPE, ct);
+            Ok(Some(b.text))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The body a `$N` template renders, JSON when the template is JSON or one slot fills it
+/// with a whole JSON document (`$3+`: imported rows take the request body as one argument).
+fn template_body(
+    payload: &str,
+    vars: Vars<'_>,
+    headers: &mut HeaderMap,
+) -> Result<Option<String>, Failure> {
+    if payload.trim().is_empty() {
+        return Ok(None);
+    }
+    let ctx = Context::for_body(payload);
+    let body = template::render(payload, ctx, vars).map_err(|m| missing(m.needed, m.got))?;
+    if ctx == Context::Json || is_json_document(&body) {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    Ok(Some(body))
 }
 
 /// A JSON object or array, whole.
