@@ -534,14 +534,7 @@ impl HttpRunner {
             }
             resp
         } else {
-            let mut req = self
-                .client
-                .request(p.method.clone(), p.url.clone())
-                .headers(p.headers.clone());
-            if let Some(body) = &p.body {
-                req = req.body(body.clone());
-            }
-            req.send().await.map_err(fetch_failed)?
+            self.send_plain(&p).await.map_err(fetch_failed)?
         };
         let status = resp.status();
         if let Some((name, before)) = admitted {
@@ -563,6 +556,34 @@ impl HttpRunner {
                 )
             })?;
         let body = scrub(body, &p.secrets);
+        let location = resp.headers().get(reqwest::header::LOCATION);
+        Ok(self.answer(status, body, truncated, location, credentialed, &p.secrets))
+    }
+
+    /// A request that carries no credential, sent with the runner's plain client.
+    async fn send_plain(&self, p: &Prepared) -> reqwest::Result<reqwest::Response> {
+        let mut req = self
+            .client
+            .request(p.method.clone(), p.url.clone())
+            .headers(p.headers.clone());
+        if let Some(body) = &p.body {
+            req = req.body(body.clone());
+        }
+        req.send().await
+    }
+
+    /// The caller's outcome of an answer: `HTTP 200:…` (said when truncated), or a failure
+    /// named by the status with the start of the body, or where a redirect not followed went.
+    fn answer(
+        &self,
+        status: reqwest::StatusCode,
+        body: String,
+        truncated: bool,
+        location: Option<&reqwest::header::HeaderValue>,
+        credentialed: bool,
+        secrets: &[String],
+    ) -> Ran {
+        let cfg = &self.config;
         if status.is_success() {
             let mut out = format!("HTTP {}:{body}", status.as_u16());
             if truncated {
@@ -571,31 +592,30 @@ impl HttpRunner {
                     cfg.max_body_bytes
                 ));
             }
-            Ok(Ran {
+            return Ran {
                 result: Ok(out),
                 usage: Default::default(),
                 truncated,
-            })
-        } else {
-            let mut detail = truncate_chars(&body, cfg.error_body_chars).to_string();
-            if status.is_redirection()
-                && let Some(loc) = resp.headers().get(reqwest::header::LOCATION)
-            {
-                let why = if credentialed {
-                    "redirect not followed (another origin, or outside the credential's binding)"
-                } else {
-                    "redirect to another origin not followed"
-                };
-                detail = format!("{why}: {}", String::from_utf8_lossy(loc.as_bytes()));
-            }
-            Ok(Ran {
-                result: Err(Failure::new(
-                    format!("http:{}", status.as_u16()),
-                    scrub(detail, &p.secrets),
-                )),
-                usage: Default::default(),
-                truncated,
-            })
+            };
+        }
+        let mut detail = truncate_chars(&body, cfg.error_body_chars).to_string();
+        if status.is_redirection()
+            && let Some(loc) = location
+        {
+            let why = if credentialed {
+                "redirect not followed (another origin, or outside the credential's binding)"
+            } else {
+                "redirect to another origin not followed"
+            };
+            detail = format!("{why}: {}", String::from_utf8_lossy(loc.as_bytes()));
+        }
+        Ran {
+            result: Err(Failure::new(
+                format!("http:{}", status.as_u16()),
+                scrub(detail, secrets),
+            )),
+            usage: Default::default(),
+            truncated,
         }
     }
 }
