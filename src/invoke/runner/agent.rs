@@ -684,6 +684,42 @@ impl AgentRunner {
         Ok((message, usage))
     }
 
+    /// What one tool call of the model gets back: a meta tool's answer (ask, contract,
+    /// invoke) when the tools are listed through them, else the named row's nested call.
+    async fn answer_tool(
+        &self,
+        asked: Asked<'_, '_>,
+        tc: &Json,
+        own_index: &mut Option<crate::search::Searcher>,
+        usage: &mut Usage,
+    ) -> String {
+        let Asked {
+            call,
+            context,
+            tools,
+            meta,
+        } = asked;
+        let name = tc["function"]["name"].as_str().unwrap_or_default();
+        let arguments = tc["function"]["arguments"].as_str().unwrap_or_default();
+        if !meta {
+            return self
+                .tool_call(call, context, tools, name, arguments, usage)
+                .await;
+        }
+        match meta_call(name, arguments) {
+            Err(why) => format!("ERR:bad_args:{why}"),
+            Ok(Meta::Ask(query)) => meta_ask(call, tools, &query, own_index),
+            Ok(Meta::Contract(key)) => match tools.iter().find(|r| r.key == key) {
+                Some(row) => tool_definition(row)["function"].to_string(),
+                None => not_a_tool(call, &key),
+            },
+            Ok(Meta::Invoke(key, arguments)) => {
+                self.tool_call(call, context, tools, &key, &arguments, usage)
+                    .await
+            }
+        }
+    }
+
     /// One chat completion, or, for a row with `allowed_categories`, a tool-calling loop: each
     /// tool call a nested call of the row it names, under the caller's authority (the gate and
     /// a receipt below the agent's), its output (or refusal) handed back to the model, until
@@ -692,13 +728,7 @@ impl AgentRunner {
     async fn chat(&self, call: Call<'_>) -> Result<Ran, Failure> {
         let target = call.callable.row.target.trim();
         let (endpoint, model) = self.config.route(target)?;
-        let system = system_prompt(&call)?;
-        let user = call.args.join("|");
-        let mut messages = Vec::with_capacity(2);
-        if !system.is_empty() {
-            messages.push(json!({"role": "system", "content": system}));
-        }
-        messages.push(json!({"role": "user", "content": user}));
+        let mut messages = opening(&call)?;
         let tools = if call.callable.row.allowed_categories.is_empty() {
             Vec::new()
         } else {
@@ -742,16 +772,7 @@ impl AgentRunner {
                 .filter(|c| !c.is_empty() && !definitions.is_empty())
                 .cloned();
             let Some(tool_calls) = tool_calls else {
-                let content = match message.get("content") {
-                    Some(Json::String(s)) => s.clone(),
-                    None | Some(Json::Null) => String::new(),
-                    Some(other) => other.to_string(),
-                };
-                let content = if call.callable.row.route_reply {
-                    route_reply(&call, &context, &content, &mut usage).await
-                } else {
-                    content
-                };
+                let content = reply(&call, &context, &message, &mut usage).await;
                 return Ok(Ran {
                     result: Ok(content),
                     usage,
@@ -774,25 +795,15 @@ impl AgentRunner {
                     return Ok(stop(f, usage));
                 }
                 let id = tc["id"].as_str().unwrap_or_default().to_string();
-                let name = tc["function"]["name"].as_str().unwrap_or_default();
-                let arguments = tc["function"]["arguments"].as_str().unwrap_or_default();
-                let output = if meta {
-                    match meta_call(name, arguments) {
-                        Err(why) => format!("ERR:bad_args:{why}"),
-                        Ok(Meta::Ask(query)) => meta_ask(&call, &tools, &query, &mut own_index),
-                        Ok(Meta::Contract(key)) => match tools.iter().find(|r| r.key == key) {
-                            Some(row) => tool_definition(row)["function"].to_string(),
-                            None => not_a_tool(&call, &key),
-                        },
-                        Ok(Meta::Invoke(key, arguments)) => {
-                            self.tool_call(&call, &context, &tools, &key, &arguments, &mut usage)
-                                .await
-                        }
-                    }
-                } else {
-                    self.tool_call(&call, &context, &tools, name, arguments, &mut usage)
-                        .await
+                let asked = Asked {
+                    call: &call,
+                    context: &context,
+                    tools: &tools,
+                    meta,
                 };
+                let output = self
+                    .answer_tool(asked, &tc, &mut own_index, &mut usage)
+                    .await;
                 // What a tool answers goes back to the model as text; it is never run.
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
             }
@@ -804,6 +815,47 @@ impl AgentRunner {
             ),
             usage,
         ))
+    }
+}
+
+/// The tools of one agent call as its tool calls are answered.
+#[derive(Clone, Copy)]
+struct Asked<'c, 'a> {
+    call: &'c Call<'a>,
+    context: &'c crate::invoke::authority::CallContext,
+    tools: &'c [&'a Row],
+    /// The tools are listed through the meta tools (ask, contract, invoke).
+    meta: bool,
+}
+
+/// The conversation's start: the system prompt (when the row has one) and the caller's
+/// arguments as the user's message.
+fn opening(call: &Call<'_>) -> Result<Vec<Json>, Failure> {
+    let system = system_prompt(call)?;
+    let mut messages = Vec::with_capacity(2);
+    if !system.is_empty() {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    messages.push(json!({"role": "user", "content": call.args.join("|")}));
+    Ok(messages)
+}
+
+/// The model's answer as text, its router tags run first for a row with `route_reply`.
+async fn reply(
+    call: &Call<'_>,
+    context: &crate::invoke::authority::CallContext,
+    message: &Json,
+    usage: &mut Usage,
+) -> String {
+    let content = match message.get("content") {
+        Some(Json::String(s)) => s.clone(),
+        None | Some(Json::Null) => String::new(),
+        Some(other) => other.to_string(),
+    };
+    if call.callable.row.route_reply {
+        route_reply(call, context, &content, usage).await
+    } else {
+        content
     }
 }
 
