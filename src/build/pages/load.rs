@@ -114,40 +114,14 @@ impl Templates {
                 }
                 continue;
             }
-            let Ok(text) = String::from_utf8(bytes) else {
-                diags.push(Diagnostic::error(
-                    &path_of(&name),
-                    (0, 0),
-                    "template_not_utf8",
-                    "the template is not UTF-8 text",
-                    "save the template as UTF-8",
-                ));
-                continue;
-            };
-            if let Some(at) = too_deep(&text) {
-                diags.push(Diagnostic::error(
-                    &path_of(&name),
-                    at,
-                    "template_too_deep",
-                    format!(
-                        "nested more than {MAX_DEPTH} deep (brackets in a tag, or tags in tags)"
-                    ),
-                    "flatten it: set a variable, or split the page with include",
-                ));
-                continue;
-            }
-            if let Some((_, fixed)) = FIXED.iter().find(|(n, _)| *n == name) {
-                if Some(text.as_str()) != *fixed {
-                    diags.push(Diagnostic::error(
-                        &path_of(&name),
-                        (0, 0),
-                        "template_fixed",
-                        format!("{name} is fixed by capdir and cannot be overridden"),
-                        "remove the file: agents and the dispatcher rely on this form (restyle the pages with layout.html, row.html and static/style.css)",
-                    ));
+            let text = match template_text(&name, bytes, &path_of(&name)) {
+                Ok(Some(text)) => text,
+                Ok(None) => continue,
+                Err(d) => {
+                    diags.push(d);
+                    continue;
                 }
-                continue;
-            }
+            };
             match OVERRIDABLE.iter().find(|(n, _)| *n == name) {
                 Some((_, builtin)) if text == *builtin => continue,
                 Some(_) => {}
@@ -197,6 +171,43 @@ impl Templates {
             Err(TemplateErrors(diags))
         }
     }
+}
+
+/// A catalogue's template as text, when the gate takes it before tera parses it: UTF-8,
+/// nested at most [`MAX_DEPTH`] deep, and not one of capdir's fixed forms (`Ok(None)`: the
+/// same as capdir's fixed one, left out).
+fn template_text(name: &str, bytes: Vec<u8>, path: &Path) -> Result<Option<String>, Diagnostic> {
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Err(Diagnostic::error(
+            path,
+            (0, 0),
+            "template_not_utf8",
+            "the template is not UTF-8 text",
+            "save the template as UTF-8",
+        ));
+    };
+    if let Some(at) = too_deep(&text) {
+        return Err(Diagnostic::error(
+            path,
+            at,
+            "template_too_deep",
+            format!("nested more than {MAX_DEPTH} deep (brackets in a tag, or tags in tags)"),
+            "flatten it: set a variable, or split the page with include",
+        ));
+    }
+    if let Some((_, fixed)) = FIXED.iter().find(|(n, _)| *n == name) {
+        if Some(text.as_str()) != *fixed {
+            return Err(Diagnostic::error(
+                path,
+                (0, 0),
+                "template_fixed",
+                format!("{name} is fixed by capdir and cannot be overridden"),
+                "remove the file: agents and the dispatcher rely on this form (restyle the pages with layout.html, row.html and static/style.css)",
+            ));
+        }
+        return Ok(None);
+    }
+    Ok(Some(text))
 }
 
 /// The templates (`*.html` at the top) and static files (`static/*`) of a folder. Only
