@@ -140,6 +140,18 @@ pub struct Applied {
     pub steps: Vec<(&'static str, Duration)>,
 }
 
+/// The rows of files left unread are the snapshot's (when the gate takes them): where their
+/// fields sit is read from their files when a diagnostic asks.
+fn spans_in_files(rows: &mut [Row], unread: &[PathBuf]) {
+    let unread: crate::FastSet<&Path> = unread.iter().map(PathBuf::as_path).collect();
+    for row in rows
+        .iter_mut()
+        .filter(|r| unread.contains(r.path.as_path()))
+    {
+        row.spans = crate::row::Spans::in_file(&row.path);
+    }
+}
+
 /// An error for a reading thread that panicked.
 fn panicked(what: &str) -> BuildError {
     BuildError::Other(anyhow::anyhow!("reading {what} panicked"))
@@ -398,18 +410,7 @@ impl Built {
             mut extras,
             history,
         } = read;
-        // The rows of files left unread are the snapshot's (when the gate takes them): where
-        // their fields sit is read from their files when a diagnostic asks.
-        {
-            let unread: crate::FastSet<&Path> = files.unread.iter().map(PathBuf::as_path).collect();
-            for row in snap
-                .rows
-                .iter_mut()
-                .filter(|r| unread.contains(r.path.as_path()))
-            {
-                row.spans = crate::row::Spans::in_file(&row.path);
-            }
-        }
+        spans_in_files(&mut snap.rows, &files.unread);
         // The gate, which takes the files the site's last gate found clean, byte for byte, as
         // it found them (`checked`), beside the search index; both need the snapshot's rows.
         let (gated, index) = std::thread::scope(|s| {
@@ -689,6 +690,47 @@ impl Built {
         site::append_page_inputs(&self.out, &inputs)
     }
 
+    /// The snapshot's rows, fingerprints, tombstones and build facts brought up to date.
+    fn update_snapshot(
+        &self,
+        delta: &Delta,
+        changed: &[String],
+        prints_changed: &HashMap<String, String>,
+    ) -> Result<()> {
+        let upserted: Vec<&Row> = delta
+            .upserts
+            .iter()
+            .filter_map(|r| self.rows.get(&r.key).map(|r| &**r))
+            .collect();
+        let print_only: Vec<(&str, &str)> = prints_changed
+            .iter()
+            .filter(|(k, _)| !changed.contains(k))
+            .map(|(k, p)| (k.as_str(), p.as_str()))
+            .collect();
+        let removed: Vec<&str> = delta
+            .removed
+            .iter()
+            .map(String::as_str)
+            .filter(|k| !self.rows.contains_key(*k))
+            .collect();
+        let tomb_changes: Vec<(&str, Option<&Tombstone>)> = changed
+            .iter()
+            .map(|k| (k.as_str(), self.tombstones.get(k)))
+            .collect();
+        snapshot::update(
+            &self.out.join(snapshot::FILE),
+            &snapshot::Update {
+                rows: upserted,
+                removed,
+                prints: print_only,
+                tombstones: tomb_changes,
+                info: &self.info,
+            },
+            &self.history,
+            &self.prints,
+        )
+    }
+
     /// Apply `delta` to the site on disk and to this model: see the module's comment for
     /// what is written, in which order. `self.history` must already hold the commits that
     /// made the change; `staged` is the index [`Built::stage_index`] made for this very
@@ -701,8 +743,8 @@ impl Built {
     ) -> Result<Applied> {
         let mut steps = Laps::default();
         // The index is changed in memory on a thread of its own while the rows, their
-        // fingerprints and their contracts are (at 10,000 rows each part was half of this
-        // step, one after the other, and the other core was idle). A change of the index that
+        // fingerprints and their contracts are: the two take about as long, and neither needs
+        // the other. A change of the index that
         // fails now fails after the contracts were written: `capdir build` then builds anew,
         // and a write (which stages its index first) never gets here without one.
         let (staged, done) = std::thread::scope(|s| {
@@ -747,38 +789,7 @@ impl Built {
         steps.lap("index written");
 
         // The snapshot last: a dispatcher that reloads on its own watches it.
-        let upserted: Vec<&Row> = delta
-            .upserts
-            .iter()
-            .filter_map(|r| self.rows.get(&r.key).map(|r| &**r))
-            .collect();
-        let print_only: Vec<(&str, &str)> = prints_changed
-            .iter()
-            .filter(|(k, _)| !changed.contains(k))
-            .map(|(k, p)| (k.as_str(), p.as_str()))
-            .collect();
-        let removed: Vec<&str> = delta
-            .removed
-            .iter()
-            .map(String::as_str)
-            .filter(|k| !self.rows.contains_key(*k))
-            .collect();
-        let tomb_changes: Vec<(&str, Option<&Tombstone>)> = changed
-            .iter()
-            .map(|k| (k.as_str(), self.tombstones.get(k)))
-            .collect();
-        snapshot::update(
-            &self.out.join(snapshot::FILE),
-            &snapshot::Update {
-                rows: upserted,
-                removed,
-                prints: print_only,
-                tombstones: tomb_changes,
-                info: &self.info,
-            },
-            &self.history,
-            &self.prints,
-        )?;
+        self.update_snapshot(&delta, &changed, &prints_changed)?;
         self.touched.insert(snapshot::FILE.into());
         steps.lap("snapshot");
 
