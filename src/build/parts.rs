@@ -201,7 +201,6 @@ pub fn write(
     reuse: Option<&Reuse>,
 ) -> Result<Written> {
     let path = out.join(name);
-    let writing = || format!("writing {}", path.display());
     let old = reuse.and_then(|r| Old::open(r, name, sep).map(|old| (old, r.changed)));
     let mut parts = Vec::with_capacity(keys.len());
     let mut pieces: Vec<Piece> = Vec::new();
@@ -252,54 +251,69 @@ pub fn write(
         parts,
     };
     // The old file whole, in one run, between the same head and tail: nothing to write.
-    if let Some((old, _)) = &old {
-        let whole_run = match pieces.as_slice() {
-            [] => old.at.is_empty(),
-            [
-                Piece::Old {
-                    start, end, last, ..
-                },
-            ] => *start == old.head && *end == old.end && *last + 1 == old.at.len(),
-            _ => false,
-        };
-        if whole_run
-            && old.read(0, old.head).is_ok_and(|h| h == head)
-            && old.read(old.end, old.len).is_ok_and(|t| t == tail)
-        {
-            return Ok(Written {
-                layout,
-                changed: false,
-            });
-        }
+    if let Some((old, _)) = &old
+        && old.is_all_of(&pieces, head, tail)
+    {
+        return Ok(Written {
+            layout,
+            changed: false,
+        });
     }
-    let mut file =
-        BufWriter::with_capacity(1 << 16, std::fs::File::create(&path).with_context(writing)?);
-    file.write_all(head).with_context(writing)?;
-    for (i, piece) in pieces.iter().enumerate() {
-        if i > 0 {
-            file.write_all(sep).with_context(writing)?;
-        }
-        match piece {
-            Piece::New(part) => file.write_all(part).with_context(writing)?,
-            Piece::Old {
-                from, start, end, ..
-            } => {
-                let mut from = *from;
-                from.seek(SeekFrom::Start(*start)).with_context(writing)?;
-                let copied =
-                    std::io::copy(&mut from.take(end - start), &mut file).with_context(writing)?;
-                anyhow::ensure!(copied == end - start, "{name}: the old file ended early");
-            }
-        }
-    }
-    file.write_all(tail).with_context(writing)?;
-    file.into_inner()
-        .map_err(|e| e.into_error())
-        .with_context(writing)?;
+    write_pieces(&path, (head, sep, tail), &pieces)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(Written {
         layout,
         changed: true,
     })
+}
+
+impl Old {
+    /// Whether `pieces` between `head` and `tail` are this file as it is: one run of it
+    /// whole (or no parts of either), between the same head and tail.
+    fn is_all_of(&self, pieces: &[Piece<'_>], head: &[u8], tail: &[u8]) -> bool {
+        let whole_run = match pieces {
+            [] => self.at.is_empty(),
+            [
+                Piece::Old {
+                    start, end, last, ..
+                },
+            ] => *start == self.head && *end == self.end && *last + 1 == self.at.len(),
+            _ => false,
+        };
+        whole_run
+            && self.read(0, self.head).is_ok_and(|h| h == head)
+            && self.read(self.end, self.len).is_ok_and(|t| t == tail)
+    }
+}
+
+/// The file at `path`: `head`, the pieces with `sep` between two (an old one copied from the
+/// site's file), then `tail`.
+fn write_pieces(
+    path: &Path,
+    (head, sep, tail): (&[u8], &[u8], &[u8]),
+    pieces: &[Piece<'_>],
+) -> Result<()> {
+    let mut file = BufWriter::with_capacity(1 << 16, std::fs::File::create(path)?);
+    file.write_all(head)?;
+    for (i, piece) in pieces.iter().enumerate() {
+        if i > 0 {
+            file.write_all(sep)?;
+        }
+        match piece {
+            Piece::New(part) => file.write_all(part)?,
+            Piece::Old {
+                from, start, end, ..
+            } => {
+                let mut from = *from;
+                from.seek(SeekFrom::Start(*start))?;
+                let copied = std::io::copy(&mut from.take(end - start), &mut file)?;
+                anyhow::ensure!(copied == end - start, "the old file ended early");
+            }
+        }
+    }
+    file.write_all(tail)?;
+    file.into_inner().map_err(|e| e.into_error())?;
+    Ok(())
 }
 
 /// `value` pretty-printed as JSON at `indent` within its document: each of its lines after

@@ -153,26 +153,7 @@ fn differences(
         ));
     }
     if was.input_schema != row.input_schema {
-        let ((props_was, req_was), (props_now, req_now)) =
-            (schema_outline(was), schema_outline(row));
-        let list = |s: BTreeSet<&String>| s.into_iter().cloned().collect::<Vec<_>>().join(", ");
-        let mut said = Vec::new();
-        let added = list(props_now.difference(&props_was).collect());
-        let removed = list(props_was.difference(&props_now).collect());
-        let newly_required = list(req_now.difference(&req_was).collect());
-        if !added.is_empty() {
-            said.push(format!("adds {added}"));
-        }
-        if !removed.is_empty() {
-            said.push(format!("drops {removed}"));
-        }
-        if !newly_required.is_empty() {
-            said.push(format!("now requires {newly_required}"));
-        }
-        if said.is_empty() {
-            said.push("constraints changed".into());
-        }
-        out.push(("input_schema", format!("input schema {}", said.join(", "))));
+        out.push(("input_schema", schema_change(was, row)));
     }
     if was.payload().trim() != row.payload().trim() {
         let what = match row.kind.as_str() {
@@ -218,6 +199,30 @@ fn differences(
         ));
     }
     out
+}
+
+/// What changed in the input schema: the properties added and dropped, those now
+/// required, or its constraints.
+fn schema_change(was: &Row, row: &Row) -> String {
+    let ((props_was, req_was), (props_now, req_now)) = (schema_outline(was), schema_outline(row));
+    let list = |s: BTreeSet<&String>| s.into_iter().cloned().collect::<Vec<_>>().join(", ");
+    let mut said = Vec::new();
+    let added = list(props_now.difference(&props_was).collect());
+    let removed = list(props_was.difference(&props_now).collect());
+    let newly_required = list(req_now.difference(&req_was).collect());
+    if !added.is_empty() {
+        said.push(format!("adds {added}"));
+    }
+    if !removed.is_empty() {
+        said.push(format!("drops {removed}"));
+    }
+    if !newly_required.is_empty() {
+        said.push(format!("now requires {newly_required}"));
+    }
+    if said.is_empty() {
+        said.push("constraints changed".into());
+    }
+    format!("input schema {}", said.join(", "))
 }
 
 /// The lines that differ between two payloads, `-` before and `+` after (at most a few).

@@ -75,8 +75,26 @@ pub(super) fn lines(
         when = format!("Deprecated by the API. {when}");
     }
     let when = text::cut(&when, WHEN_CHARS);
-    // Required ones by position (`a|b`), then the optional ones, which a call sends by name
-    // (`args`) or further along in the same order.
+    let args_line = text::cut(&args_line(args), ARGS_CHARS);
+    let ex = match example {
+        Some(e) => e.clone(),
+        None if args.is_empty() => "(no arguments)".to_string(),
+        None => "(none in the document)".to_string(),
+    };
+    let output = output_line(op);
+    let output = text::cut(&output, OUTPUT_CHARS);
+    vec![
+        format!("# WHAT: {what}"),
+        format!("# WHEN_TO_USE: {when}"),
+        format!("# ARGS: {args_line}"),
+        format!("# EX: {ex}"),
+        format!("# OUTPUT: {output}"),
+    ]
+}
+
+/// The ARGS line: the required arguments by position (`a|b`), then the optional ones, which a
+/// call sends by name (`args`) or further along in the same order.
+fn args_line(args: &[Arg]) -> String {
     let what_of = |a: &Arg| match a.place {
         Place::Body if schema::json_type(&a.schema) == Some("string") => " (text)".to_string(),
         Place::Body => format!(" (JSON{})", body_fields(&a.schema)),
@@ -93,7 +111,7 @@ pub(super) fn lines(
         .filter(|a| !a.required)
         .map(|a| format!("{}{}", a.name, what_of(a)))
         .collect();
-    let args_line = match (required.is_empty(), optional.is_empty()) {
+    match (required.is_empty(), optional.is_empty()) {
         (true, true) => "none".to_string(),
         (false, true) => required.join(", "),
         (true, false) => format!("optional, by name: {}", optional.join(", ")),
@@ -102,14 +120,12 @@ pub(super) fn lines(
             required.join(", "),
             optional.join(", ")
         ),
-    };
-    let args_line = text::cut(&args_line, ARGS_CHARS);
-    let ex = match example {
-        Some(e) => e.clone(),
-        None if args.is_empty() => "(no arguments)".to_string(),
-        None => "(none in the document)".to_string(),
-    };
-    let output = match &op.success {
+    }
+}
+
+/// The OUTPUT line: the success response's status, media type and description.
+fn output_line(op: &Operation<'_>) -> String {
+    match &op.success {
         Some((code, response)) => {
             let media: Vec<&str> = response
                 .get("content")
@@ -139,13 +155,5 @@ pub(super) fn lines(
             }
         }
         None => "The API's answer; the document describes no success response.".to_string(),
-    };
-    let output = text::cut(&output, OUTPUT_CHARS);
-    vec![
-        format!("# WHAT: {what}"),
-        format!("# WHEN_TO_USE: {when}"),
-        format!("# ARGS: {args_line}"),
-        format!("# EX: {ex}"),
-        format!("# OUTPUT: {output}"),
-    ]
+    }
 }

@@ -83,19 +83,15 @@ pub(super) fn self_check(
     out
 }
 
-/// Check the catalogue as it will be and keep only the asks the search answers: an ask of a
-/// new row that does not find it in the top `ASK_TOP` is left out (and the gate run again,
-/// since asks are searched text too). Problems the import causes elsewhere are reported.
-/// `bindings` is the bindings file as the import will write it, in place of the catalogue's.
-pub(super) fn asks_gate(
-    rows: &mut [Planned],
+/// The catalogue's files as they will be: those the import leaves, the bindings as it will
+/// write them, then its rows (from the index returned).
+fn catalogue_after(
+    rows: &[Planned],
     existing: &[SourceFile],
     deletes: &[String],
     bindings: Option<&SourceFile>,
     dir: &Path,
-    title: &str,
-    report: &mut Report,
-) {
+) -> (Vec<SourceFile>, usize) {
     let replaced: BTreeSet<String> = rows
         .iter()
         .filter(|r| !r.edited)
@@ -111,6 +107,53 @@ pub(super) fn asks_gate(
     files.extend(bindings.cloned());
     let first_new = files.len();
     files.extend(rows.iter().filter(|r| !r.edited).map(|r| r.file(dir)));
+    (files, first_new)
+}
+
+/// What fails now and did not before: this import's doing (typically asks of rows written by
+/// hand that many new rows now outrank), each as `file:line:col: code: message`.
+fn new_problems(existing: &[SourceFile], after: Vec<Diagnostic>) -> Vec<String> {
+    let before: BTreeSet<(PathBuf, usize, usize, &str)> = {
+        let checked = crate::check::check_files(existing);
+        let asks = crate::check::asks_gate(&checked.rows);
+        checked
+            .diags
+            .into_iter()
+            .filter(|d| d.is_error())
+            .chain(asks)
+            .map(|d| (d.path, d.line, d.col, d.code))
+            .collect()
+    };
+    after
+        .into_iter()
+        .filter(|d| !before.contains(&(d.path.clone(), d.line, d.col, d.code)))
+        .map(|d| {
+            format!(
+                "{}:{}:{}: {}: {}",
+                d.path.display(),
+                d.line,
+                d.col,
+                d.code,
+                d.message
+            )
+        })
+        .collect()
+}
+
+/// Check the catalogue as it will be and keep only the asks the search answers: an ask of a
+/// new row that does not find it in the top `ASK_TOP` is left out (and the gate run again,
+/// since asks are searched text too). Problems the import causes elsewhere are reported.
+/// `bindings` is the bindings file as the import will write it, in place of the catalogue's.
+pub(super) fn asks_gate(
+    rows: &mut [Planned],
+    existing: &[SourceFile],
+    deletes: &[String],
+    bindings: Option<&SourceFile>,
+    dir: &Path,
+    title: &str,
+    report: &mut Report,
+) {
+    let (files, first_new) = catalogue_after(rows, existing, deletes, bindings, dir);
     let checked = crate::check::check_files(&files);
     let new_paths: BTreeSet<PathBuf> = files[first_new..].iter().map(|f| f.path.clone()).collect();
     let mut after: Vec<Diagnostic> = checked.diags.into_iter().filter(|d| d.is_error()).collect();
@@ -166,31 +209,9 @@ pub(super) fn asks_gate(
     }
     after.extend(failing);
 
-    // What fails now and did not before is this import's doing: typically asks of rows
-    // written by hand that many new rows now outrank.
-    let before: BTreeSet<(PathBuf, usize, usize, &str)> = {
-        let checked = crate::check::check_files(existing);
-        let asks = crate::check::asks_gate(&checked.rows);
-        checked
-            .diags
-            .into_iter()
-            .filter(|d| d.is_error())
-            .chain(asks)
-            .map(|d| (d.path, d.line, d.col, d.code))
-            .collect()
-    };
-    for d in after {
-        if !before.contains(&(d.path.clone(), d.line, d.col, d.code)) {
-            report.catalogue_problems.push(format!(
-                "{}:{}:{}: {}: {}",
-                d.path.display(),
-                d.line,
-                d.col,
-                d.code,
-                d.message
-            ));
-        }
-    }
+    report
+        .catalogue_problems
+        .extend(new_problems(existing, after));
     report.catalogue_problems.sort();
     report.catalogue_problems.dedup();
 }

@@ -939,21 +939,7 @@ fn walk(
         partial: repo.is_shallow().unwrap_or(false),
         ..Default::default()
     };
-    // A saved history is usable when it is of the same directory and its head is an
-    // ancestor of ours (no rewritten history): then only newer commits are walked.
-    let known = match known {
-        Some(c) if c.rel == rel.to_string_lossy() => {
-            let id = ObjectId::from_hex(c.head.as_bytes()).ok();
-            let reachable = id.is_some_and(|id| {
-                repo.rev_walk([head.detach()])
-                    .all()
-                    .map(|walk| walk.filter_map(|i| i.ok()).any(|i| i.id == id))
-                    .unwrap_or(false)
-            });
-            id.filter(|_| reachable).map(|id| (id, c))
-        }
-        _ => None,
-    };
+    let known = usable(&repo, head.detach(), &rel, known);
     let hidden: Vec<ObjectId> = known.iter().map(|(id, _)| *id).collect();
     // In commit order, oldest first; walked in the direction the pack was written (see
     // `packed_newest_first`), so that each tree's delta base has been read before it.
@@ -968,18 +954,7 @@ fn walk(
     // The commits are split into consecutive spans walked at once, one per walker; each span
     // pays one delta chain at its start (and, where the pack made deltas across the cut, a
     // few more), then runs like the whole walk would.
-    let spans = if commits.len() < MIN_SPAN * 2 {
-        1
-    } else {
-        walkers.clamp(1, MAX_SPANS)
-    };
-    // A catalogue grows, so later trees are larger: cut where the running sum of tree sizes,
-    // taken as growing with the commit's position, splits evenly (at n·√(k/spans)).
-    let n = commits.len();
-    let cuts: Vec<usize> = (0..=spans)
-        .map(|k| ((n as f64) * (k as f64 / spans as f64).sqrt()).round() as usize)
-        .map(|c| c.min(n))
-        .collect();
+    let cuts = span_cuts(commits.len(), walkers);
     let newest_first = packed_newest_first(&repo, &rel, &commits);
     let job = Arc::new(Job {
         dir: dir.to_path_buf(),
@@ -1039,6 +1014,46 @@ fn walk(
         history.commits_helped = state.taken;
         walked.append(&mut state.found);
     }
+    gather(&mut history, walked, known.map(|(_, cache)| cache))?;
+    history.head = Some(Arc::new(info_at(&repo, head.detach())?));
+    Ok(history)
+}
+
+/// A saved history, when it is usable: of the same directory, and its head an ancestor of
+/// ours (no rewritten history); then only newer commits are walked.
+fn usable(
+    repo: &gix::Repository,
+    head: ObjectId,
+    rel: &Path,
+    known: Option<Known>,
+) -> Option<(ObjectId, Known)> {
+    let c = known.filter(|c| c.rel == rel.to_string_lossy())?;
+    let id = ObjectId::from_hex(c.head.as_bytes()).ok()?;
+    let reachable = repo
+        .rev_walk([head])
+        .all()
+        .map(|walk| walk.filter_map(|i| i.ok()).any(|i| i.id == id))
+        .unwrap_or(false);
+    reachable.then_some((id, c))
+}
+
+/// Where the commits are cut into spans, one per walker (one for a short history). A
+/// catalogue grows, so later trees are larger: cut where the running sum of tree sizes, taken
+/// as growing with the commit's position, splits evenly (at n·√(k/spans)).
+fn span_cuts(n: usize, walkers: usize) -> Vec<usize> {
+    let spans = if n < MIN_SPAN * 2 {
+        1
+    } else {
+        walkers.clamp(1, MAX_SPANS)
+    };
+    (0..=spans)
+        .map(|k| ((n as f64) * (k as f64 / spans as f64).sqrt()).round() as usize)
+        .map(|c| c.min(n))
+        .collect()
+}
+
+/// The spans walked into the history's lists of changes, the saved history's after them.
+fn gather(history: &mut History, walked: Vec<Result<Span>>, known: Option<Known>) -> Result<()> {
     // Newest commit first, whichever walker found it, so that commits of the same second
     // keep one order however the walk was split.
     let mut found = Vec::new();
@@ -1057,7 +1072,7 @@ fn walk(
             });
         }
     }
-    if let Some((_, cache)) = known {
+    if let Some(cache) = known {
         history.partial |= cache.partial;
         for (name, older) in cache.files {
             history.files.entry(name).or_default().extend(older);
@@ -1068,8 +1083,7 @@ fn walk(
     for changes in history.files.values_mut() {
         changes.sort_by(|a, b| b.commit.date.cmp(&a.commit.date));
     }
-    history.head = Some(Arc::new(info_at(&repo, head.detach())?));
-    Ok(history)
+    Ok(())
 }
 
 /// Whether the pack was written newest first, as `git repack` and clones write them: then

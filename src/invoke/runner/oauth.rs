@@ -49,6 +49,66 @@ fn failed(code: &str, detail: impl Into<String>) -> Failure {
     Failure::new(format!("auth:oauth:{code}"), detail)
 }
 
+/// The access token a token endpoint's answer grants, how long it lives (an hour when it
+/// does not say), and the refresh token it rotated to; or why it granted none.
+fn granted(
+    status: reqwest::StatusCode,
+    text: &str,
+) -> Result<(String, Duration, Option<String>), Failure> {
+    let answer: Answer = serde_json::from_str(text).map_err(|_| {
+        failed(
+            "bad_answer",
+            format!("the token endpoint answered {status} with no token JSON"),
+        )
+    })?;
+    if let Some(error) = answer.error.filter(|e| !e.is_empty()) {
+        // `invalid_grant` (a revoked or expired refresh token), `invalid_client`, …: the
+        // code only; its description may quote what was sent.
+        // Only the codes RFC 6749 section 5.2 defines: an endpoint that echoes what it was
+        // sent cannot put it in an answer through here.
+        let code = [
+            "invalid_request",
+            "invalid_client",
+            "invalid_grant",
+            "unauthorized_client",
+            "unsupported_grant_type",
+            "invalid_scope",
+        ]
+        .into_iter()
+        .find(|c| *c == error)
+        .unwrap_or("refused");
+        return Err(failed(
+            code,
+            format!("the token endpoint refused the grant ({status})"),
+        ));
+    }
+    let access = answer
+        .access_token
+        .filter(|t| !t.is_empty() && status.is_success())
+        .ok_or_else(|| {
+            failed(
+                "bad_answer",
+                format!("the token endpoint answered {status} without an access_token"),
+            )
+        })?;
+    if let Some(kind) = &answer.token_type
+        && !kind.eq_ignore_ascii_case("bearer")
+    {
+        return Err(failed(
+            "token_type",
+            format!("the endpoint issued a `{kind}` token; only bearer tokens are sent"),
+        ));
+    }
+    let life = match answer.expires_in {
+        Some(serde_json::Value::Number(n)) => n.as_u64(),
+        Some(serde_json::Value::String(s)) => s.parse().ok(),
+        _ => None,
+    }
+    .map_or(Duration::from_secs(3600), Duration::from_secs);
+    let rotated = answer.refresh_token.filter(|t| !t.is_empty());
+    Ok((access, life, rotated))
+}
+
 impl Tokens {
     /// The access token for `o` (with the secrets the call must scrub): the cached one unless
     /// `fresh`, else a new one from the token endpoint.
@@ -130,60 +190,11 @@ impl Tokens {
             .text()
             .await
             .map_err(|_| failed("fetch", "the token endpoint's answer could not be read"))?;
-        let answer: Answer = serde_json::from_str(&text).map_err(|_| {
-            failed(
-                "bad_answer",
-                format!("the token endpoint answered {status} with no token JSON"),
-            )
-        })?;
-        if let Some(error) = answer.error.filter(|e| !e.is_empty()) {
-            // `invalid_grant` (a revoked or expired refresh token), `invalid_client`, …: the
-            // code only; its description may quote what was sent.
-            // Only the codes RFC 6749 section 5.2 defines: an endpoint that echoes what it was
-            // sent cannot put it in an answer through here.
-            let code = [
-                "invalid_request",
-                "invalid_client",
-                "invalid_grant",
-                "unauthorized_client",
-                "unsupported_grant_type",
-                "invalid_scope",
-            ]
-            .into_iter()
-            .find(|c| *c == error)
-            .unwrap_or("refused");
-            return Err(failed(
-                code,
-                format!("the token endpoint refused the grant ({status})"),
-            ));
-        }
-        let access = answer
-            .access_token
-            .filter(|t| !t.is_empty() && status.is_success())
-            .ok_or_else(|| {
-                failed(
-                    "bad_answer",
-                    format!("the token endpoint answered {status} without an access_token"),
-                )
-            })?;
-        if let Some(kind) = &answer.token_type
-            && !kind.eq_ignore_ascii_case("bearer")
-        {
-            return Err(failed(
-                "token_type",
-                format!("the endpoint issued a `{kind}` token; only bearer tokens are sent"),
-            ));
-        }
-        let life = match answer.expires_in {
-            Some(serde_json::Value::Number(n)) => n.as_u64(),
-            Some(serde_json::Value::String(s)) => s.parse().ok(),
-            _ => None,
-        }
-        .map_or(Duration::from_secs(3600), Duration::from_secs);
+        let (access, life, rotated) = granted(status, &text)?;
         let held = Held {
             access: access.clone(),
             until: Instant::now() + life - margin(life),
-            refresh: answer.refresh_token.filter(|t| !t.is_empty()).or(refresh),
+            refresh: rotated.or(refresh),
         };
         self.held
             .lock()
