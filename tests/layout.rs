@@ -202,7 +202,13 @@ fn sibling_modules(dir: &Path) -> BTreeMap<String, Vec<PathBuf>> {
             rust_files(&path, &mut files);
             out.insert(name, files);
         } else if path.extension().is_some_and(|e| e == "rs") && name != "mod" {
-            out.insert(name, vec![path]);
+            // `NAME.rs` and the modules of its own folder `NAME/`, if it has one.
+            let mut files = vec![path.clone()];
+            let own = path.with_extension("");
+            if own.is_dir() {
+                rust_files(&own, &mut files);
+            }
+            out.insert(name, files);
         }
     }
     out
@@ -239,7 +245,8 @@ fn sibling_uses(src: &Path) -> Vec<(PathBuf, BTreeMap<String, BTreeSet<String>>)
                 dirs.push(path);
             }
         }
-        if !dir.join("mod.rs").exists() {
+        // A module's folder: with its `mod.rs`, or beside its `NAME.rs`.
+        if !dir.join("mod.rs").exists() && !dir.with_extension("rs").is_file() {
             continue;
         }
         let module = format!(
@@ -253,12 +260,18 @@ fn sibling_uses(src: &Path) -> Vec<(PathBuf, BTreeMap<String, BTreeSet<String>>)
         let mut graph = BTreeMap::new();
         for (name, files) in &siblings {
             let mut named = BTreeSet::new();
-            for file in files {
+            // A module's unit tests may use anything of the folder.
+            let unit_tests = |f: &&PathBuf| {
+                let name = f.file_name().unwrap_or_default().to_string_lossy();
+                name == "tests.rs" || name.ends_with("_tests.rs")
+            };
+            for file in files.iter().filter(|f| !unit_tests(f)) {
                 let text = std::fs::read_to_string(file).expect("read");
                 let code = code_of(&text);
                 let code = code.split("#[cfg(test)]").next().unwrap_or_default();
                 names_below(code, &module, &mut named);
-                // `super::` is the folder's module from its own files, and from a sub-folder's mod.rs.
+                // `super::` is the folder's module from its own files, and from a sub-module's
+                // mod.rs or NAME.rs.
                 let direct = file.parent() == Some(dir.as_path())
                     || (file.parent().and_then(Path::parent) == Some(dir.as_path())
                         && file.ends_with("mod.rs"));
