@@ -647,7 +647,7 @@ fn history_walked_with_a_helper_equals_history_walked_alone() {
         // few times; every walk must agree with the lone one.
         let mut helped = 0;
         for _ in 0..5 {
-            let helper = capdir::build::history::Helper::default();
+            let helper = capdir::build::history::SpareWalker::default();
             let lent = {
                 let helper = helper.clone();
                 std::thread::spawn(move || helper.help())

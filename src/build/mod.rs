@@ -368,8 +368,8 @@ pub fn tombstones(
 /// snapshot alongside the pages), into a directory beside it that replaces it whole at the end.
 pub fn run(opts: &Options) -> Result<Report, BuildError> {
     let mut steps = Steps::new(opts.fail_after.clone());
-    let helper = history::Helper::default();
-    let walk = walk_history(opts, &helper);
+    let spare = history::SpareWalker::default();
+    let walk = walk_history(opts, &spare);
     let (checked, clean) = read_checked(&opts.catalogue)?;
     let templates = read_templates(opts)?;
     steps.report.warnings.extend(
@@ -387,7 +387,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
         let indexed = crate::search::build_index(&tmp.join("index"), &plan.enabled)?;
         steps.done("index", format!("{indexed} rows"))?;
         // Rather than wait, this thread walks part of what the history walk has left.
-        helper.help();
+        spare.help();
         let history = joined(walk, &mut steps)?;
         let mut info = plan.head_info.clone();
         info.history_partial = history.partial;
@@ -436,7 +436,7 @@ pub fn run(opts: &Options) -> Result<Report, BuildError> {
 /// core makes the step no shorter and costs CPU the rest of the build wants).
 fn walk_history(
     opts: &Options,
-    helper: &history::Helper,
+    helper: &history::SpareWalker,
 ) -> std::thread::JoinHandle<(History, Duration)> {
     let (dir, cache) = (opts.catalogue.clone(), opts.out.join(HISTORY_CACHE));
     let walkers = crate::cores() / 2;

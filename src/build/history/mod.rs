@@ -70,7 +70,7 @@ pub struct History {
     /// Why there is no history, when there is none (not a Git repository, no commits).
     pub missing: Option<String>,
     pub commits_walked: usize,
-    /// Of those, how many a [`Helper`] walked.
+    /// Of those, how many a [`SpareWalker`] walked.
     pub commits_helped: usize,
     /// Trees read by applying their pack delta onto a tree the walk held (the fast path).
     pub trees_from_deltas: usize,
@@ -225,7 +225,7 @@ pub fn read_cached(
     dir: &Path,
     cache: Option<&Path>,
     walkers: usize,
-    helper: Option<&Helper>,
+    helper: Option<&SpareWalker>,
 ) -> History {
     let _retire = helper.map(Retire);
     let known = cache
@@ -470,12 +470,12 @@ struct Span {
 
 /// Lets a thread with nothing else to do take part of a history walk under way: a build,
 /// once it has checked and indexed the rows, lends its thread to the walk rather than wait
-/// for it (see [`Helper::help`]).
+/// for it (see [`SpareWalker::help`]).
 #[derive(Clone, Default)]
-pub struct Helper(Arc<HelpState>);
+pub struct SpareWalker(Arc<SpareState>);
 
 #[derive(Default)]
-struct HelpState {
+struct SpareState {
     /// The walk under way, once its commits are listed; `done` when it no longer takes help.
     job: std::sync::Mutex<(Option<Arc<Job>>, bool)>,
     changed: std::sync::Condvar,
@@ -517,7 +517,7 @@ struct Claim {
 /// Fewer commits than this left to a walker are not split with a helper.
 const MIN_TAKEN: usize = 128;
 
-impl Helper {
+impl SpareWalker {
     /// Take about half of what the busiest walker of the walk has left and walk it here;
     /// return when that is done, or at once when the walk has finished or has too little
     /// left. Waits for the walk to list its commits if it has not yet.
@@ -564,7 +564,7 @@ impl Helper {
 
 /// Says the walk takes no more help when dropped, even by a panic: a helper never waits for
 /// a walk that has ended.
-struct Retire<'h>(&'h Helper);
+struct Retire<'h>(&'h SpareWalker);
 
 impl Drop for Retire<'_> {
     fn drop(&mut self) {
@@ -744,7 +744,7 @@ fn walk(
     dir: &Path,
     known: Option<Known>,
     walkers: usize,
-    helper: Option<&Helper>,
+    helper: Option<&SpareWalker>,
 ) -> Result<History> {
     let (repo, rel) = git::locate(dir)?;
     let head = repo
