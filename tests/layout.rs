@@ -331,3 +331,162 @@ fn the_files_beside_the_folders_import_no_folder() {
         );
     }
 }
+
+/// `text` with its comments, strings and character literals blanked (line breaks kept), so
+/// that the braces counted are the code's.
+fn blanked(text: &str) -> String {
+    let b: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, s: &[char]| {
+        out.extend(s.iter().map(|&c| if c == '\n' { '\n' } else { ' ' }));
+    };
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        let starts = |p: &str| rest.iter().take(p.len()).copied().eq(p.chars());
+        let end = if starts("//") {
+            rest.iter().position(|&c| c == '\n').unwrap_or(rest.len())
+        } else if starts("/*") {
+            (2..rest.len())
+                .find(|&k| rest[k - 2..k] == ['*', '/'])
+                .unwrap_or(rest.len())
+        } else if rest[0] == 'r'
+            && (i == 0 || b[i - 1] == 'b' || !(b[i - 1].is_alphanumeric() || b[i - 1] == '_'))
+            && rest[1..].iter().take_while(|&&c| c == '#').count() + 1 < rest.len()
+            && rest[1 + rest[1..].iter().take_while(|&&c| c == '#').count()] == '"'
+        {
+            let hashes = rest[1..].iter().take_while(|&&c| c == '#').count();
+            let close: Vec<char> = std::iter::once('"')
+                .chain(std::iter::repeat_n('#', hashes))
+                .collect();
+            let from = hashes + 2;
+            (from..=rest.len())
+                .find(|&k| rest[..k].ends_with(&close) && k >= from + close.len())
+                .unwrap_or(rest.len())
+        } else if rest[0] == '"' {
+            let mut k = 1;
+            while k < rest.len() && rest[k] != '"' {
+                k += if rest[k] == '\\' { 2 } else { 1 };
+            }
+            (k + 1).min(rest.len())
+        } else if rest[0] == '\'' && rest.len() > 2 {
+            // A character literal ('x', '\n', '\u{1F600}'), not a lifetime ('a).
+            let len = if rest[1] == '\\' {
+                rest[2..].iter().position(|&c| c == '\'').map(|p| p + 3)
+            } else {
+                (rest[2] == '\'').then_some(3)
+            };
+            len.unwrap_or(1)
+        } else {
+            out.push(rest[0]);
+            i += 1;
+            continue;
+        };
+        blank(&mut out, &rest[..end]);
+        i += end;
+    }
+    out
+}
+
+/// Each function of `code` (blanked) with a body: its name, its first line, and how many
+/// lines it spans.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("fn ") {
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if name.is_empty() {
+            continue;
+        }
+        let Some(open) = code[at..].find(['{', ';']).map(|o| at + o) else {
+            continue;
+        };
+        if bytes[open] == b';' {
+            continue;
+        }
+        let mut depth = 0usize;
+        let mut close = open;
+        for (k, &c) in bytes.iter().enumerate().skip(open) {
+            match c {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = k;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let line = |p: usize| code[..p].matches('\n').count() + 1;
+        found.push((name, line(at), line(close) - line(at) + 1));
+    }
+    found
+}
+
+/// The code of every source file outside unit tests, by path.
+fn code_outside_tests() -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    rust_files(Path::new("src"), &mut files);
+    files
+        .into_iter()
+        .filter(|f| {
+            let name = f.file_name().unwrap_or_default().to_string_lossy();
+            name != "tests.rs" && !name.ends_with("_tests.rs")
+        })
+        .map(|f| {
+            let code = blanked(&std::fs::read_to_string(&f).expect("read"));
+            let code = match code.find("#[cfg(test)]\nmod tests {") {
+                Some(at) => code[..at].to_string(),
+                None => code,
+            };
+            (f, code)
+        })
+        .collect()
+}
+
+#[test]
+fn no_function_over_100_lines_outside_tests() {
+    let long: Vec<String> = code_outside_tests()
+        .iter()
+        .flat_map(|(file, code)| {
+            functions(code)
+                .into_iter()
+                .filter(|(_, _, len)| *len > 100)
+                .map(move |(name, line, len)| {
+                    format!("{}:{line} {name} ({len} lines)", file.display())
+                })
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "functions over 100 lines: {long:?}: make their steps functions"
+    );
+    // The count sees braces of code only, and a function's whole body.
+    let sample = "fn a() {\n let s = \"}\"; // }\n let c = '}';\n let r = r#\"}\"#;\n if x { y }\n}\nfn b();\n";
+    assert_eq!(functions(&blanked(sample)), [("a".to_string(), 1, 6)]);
+}
+
+#[test]
+fn no_file_over_1000_lines() {
+    let mut files = Vec::new();
+    rust_files(Path::new("src"), &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).expect("read").lines().count();
+            (lines > 1000).then(|| format!("{} ({lines} lines)", f.display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over 1,000 lines: {long:?}: split them by what they do"
+    );
+}
