@@ -28,6 +28,7 @@
 
 use crate::check;
 use crate::import::bindings::{self, Bound, Merged};
+use crate::import::text;
 use crate::invoke::egress::Egress;
 use crate::invoke::outcome::Failure;
 use crate::invoke::runner::Environment;
@@ -407,66 +408,35 @@ fn unique_key(key: &str, used: &BTreeSet<String>) -> String {
         .unwrap_or_default()
 }
 
-/// One line: whitespace runs made one space, control characters dropped.
-fn one_line(text: &str) -> String {
-    text.split_whitespace()
-        .map(|w| w.chars().filter(|c| !c.is_control()).collect::<String>())
-        .filter(|w| !w.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// At most `max` characters of `text`, cut after a whole word with `…` when it is longer.
-/// The rest, after the cut, is returned too.
-fn fit(text: &str, max: usize) -> (String, String) {
-    if text.chars().count() <= max {
-        return (text.to_string(), String::new());
-    }
-    let limit = text
-        .char_indices()
-        .nth(max.saturating_sub(1))
-        .map_or(text.len(), |(i, _)| i);
-    let cut = text[..limit].rfind(' ').filter(|i| *i > 0).unwrap_or(limit);
-    (
-        format!("{}…", text[..cut].trim_end()),
-        text[cut..].trim_start().to_string(),
-    )
-}
-
-/// The first sentence of `text` and the rest.
-fn first_sentence(text: &str) -> (String, String) {
-    match text.find(". ") {
-        Some(i) => (text[..=i].to_string(), text[i + 2..].to_string()),
-        None => (text.to_string(), String::new()),
-    }
-}
-
 /// The docstring lines of a tool's row.
 fn docstring(tool: &ToolSpec, schema: &Json, server: &ServerInfo) -> Vec<String> {
-    let description = one_line(&tool.description);
-    let title = one_line(&tool.title);
+    let description = text::one_line(&tool.description);
+    let title = text::one_line(&tool.title);
     let mut lines = Vec::new();
-    let (first, rest) = first_sentence(&description);
-    let (what, cut) = fit(if first.is_empty() { &title } else { &first }, WHAT_CHARS);
+    let first = text::first_sentence(&description);
+    let rest = description[first.len()..]
+        .strip_prefix(' ')
+        .unwrap_or_default();
+    let (what, cut) = text::fit(if first.is_empty() { &title } else { first }, WHAT_CHARS);
     let what = if what.is_empty() {
-        format!("Calls the MCP tool `{}`.", one_line(&tool.name))
+        format!("Calls the MCP tool `{}`.", text::one_line(&tool.name))
     } else {
         what
     };
     lines.push(format!("# WHAT: {what}"));
-    let when = one_line(&format!("{cut} {rest}"));
+    let when = text::one_line(&format!("{cut} {rest}"));
     if !when.is_empty() {
-        lines.push(format!("# WHEN_TO_USE: {}", fit(&when, WHEN_CHARS).0));
+        lines.push(format!("# WHEN_TO_USE: {}", text::fit(&when, WHEN_CHARS).0));
     }
     lines.push(format!("# ARGS: {}", args_line(schema)));
     let from = if server.name.is_empty() {
         "its MCP server".to_string()
     } else {
-        one_line(&server.name)
+        text::one_line(&server.name)
     };
     lines.push(format!(
         "# OUTPUT: the text the MCP tool `{}` of {from} returns; ERR:mcp:tool_error:… when it reports an error",
-        one_line(&tool.name)
+        text::one_line(&tool.name)
     ));
     lines
 }
@@ -502,10 +472,11 @@ fn args_line(schema: &Json) -> String {
                 } else {
                     ""
                 };
-                let mut part = format!("${}={} ({kind}{need})", i + 1, one_line(name));
-                let d = one_line(prop.get("description").and_then(Json::as_str).unwrap_or(""));
+                let mut part = format!("${}={} ({kind}{need})", i + 1, text::one_line(name));
+                let d =
+                    text::one_line(prop.get("description").and_then(Json::as_str).unwrap_or(""));
                 if described && !d.is_empty() {
-                    part.push_str(&format!(": {}", fit(&d, ARG_DESCRIPTION_CHARS).0));
+                    part.push_str(&format!(": {}", text::fit(&d, ARG_DESCRIPTION_CHARS).0));
                 }
                 part
             })
@@ -516,7 +487,7 @@ fn args_line(schema: &Json) -> String {
     if full.chars().count() <= ARGS_CHARS {
         return full;
     }
-    fit(&line(false), ARGS_CHARS).0
+    text::fit(&line(false), ARGS_CHARS).0
 }
 
 /// A YAML scalar as serde_yaml writes it (quoted where it must be).

@@ -97,6 +97,32 @@ pub fn first_sentence(s: &str) -> &str {
     }
 }
 
+/// One line: whitespace runs made one space, control characters dropped.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace()
+        .map(|w| w.chars().filter(|c| !c.is_control()).collect::<String>())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// At most `max` characters of `text`, cut after a whole word with `…` when it is longer.
+/// The rest, after the cut, is returned too.
+pub fn fit(text: &str, max: usize) -> (String, String) {
+    if text.chars().count() <= max {
+        return (text.to_string(), String::new());
+    }
+    let limit = text
+        .char_indices()
+        .nth(max.saturating_sub(1))
+        .map_or(text.len(), |(i, _)| i);
+    let cut = text[..limit].rfind(' ').filter(|i| *i > 0).unwrap_or(limit);
+    (
+        format!("{}…", text[..cut].trim_end()),
+        text[cut..].trim_start().to_string(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
