@@ -130,7 +130,6 @@ fn check_fn(row: &Row, d: &mut Vec<Diagnostic>) {
 
 /// A `runner: mcp` row: a `type: http` row (a call to a server), an MCP target, a payload that
 /// is the arguments' JSON object template if there is one, and a credential its server can take.
-
 fn check_mcp(row: &Row, d: &mut Vec<Diagnostic>) {
     let (p, s) = (&row.path, &row.spans);
     if row.kind != RowType::Http {
