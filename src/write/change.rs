@@ -142,15 +142,24 @@ impl Writer {
             .0
         });
         laps.lap("body");
-        let judged =
-            match self.judge(built, request, &current, &new, new_row.as_ref(), &mut laps)? {
-                Ok(judged) => judged,
-                Err(refused) => return Ok(Outcome::Refused(refused)),
-            };
+        // The rows as they are, for the gate and for the asks of other rows.
+        let base: Vec<&Row> = built.rows().collect();
+        let judged = match self.judge(
+            built,
+            &base,
+            request,
+            &current,
+            &new,
+            new_row.as_ref(),
+            &mut laps,
+        )? {
+            Ok(judged) => judged,
+            Err(refused) => return Ok(Outcome::Refused(refused)),
+        };
         if let Caller::Token(claims) = caller
             && new_row.is_some()
         {
-            let taken = self.asks_of_others(built, claims, key, &current, &judged);
+            let taken = self.asks_of_others(&base, claims, key, &current, &judged);
             if !taken.is_empty() {
                 return Ok(Outcome::Refused(taken));
             }
@@ -177,7 +186,7 @@ impl Writer {
         laps.lap("landed");
         let landed = Landed {
             prepared: &prepared,
-            change: done.change.expect("a write that commits changes the row"),
+            change: new.change(&current),
             name: &current.name,
             new_row,
             removed: new.after.is_none().then(|| key.to_string()),
@@ -201,15 +210,14 @@ impl Writer {
     /// not write the row that asks (each an error on the written file).
     fn asks_of_others(
         &self,
-        built: &Built,
+        base: &[&Row],
         claims: &token::Claims,
         key: &str,
         current: &Current,
         judged: &Judged,
     ) -> Vec<Diagnostic> {
         let file = std::path::PathBuf::from(self.catalogue.path_of(&current.name));
-        let base: Vec<&Row> = built.rows().collect();
-        taken_asks(claims, key, &base, &judged.searchers, &file)
+        taken_asks(claims, key, base, &judged.searchers, &file)
     }
 
     /// The write's commit, prepared (its objects written, no branch moved yet), its author,
@@ -226,11 +234,7 @@ impl Writer {
         warnings: Vec<Diagnostic>,
     ) -> Result<(git::Prepared, git::Author, Done), WriteError> {
         let author = author_of(caller);
-        let change = match (&current.old, &new.after) {
-            (None, _) => ChangeKind::Added,
-            (Some(_), Some(_)) => ChangeKind::Modified,
-            (Some(_), None) => ChangeKind::Deleted,
-        };
+        let change = new.change(current);
         let message = commit_message(request, change, &new.patched);
         let prepared = self
             .catalogue
@@ -335,9 +339,11 @@ impl Writer {
 
     /// The gate, as `capdir check --base HEAD` would judge the catalogue after the write,
     /// with the search index staged with the change: its errors (`Err`), or what passed.
+    #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
         built: &Built,
+        base: &[&Row],
         request: &Request,
         current: &Current,
         new: &NewFile,
@@ -361,9 +367,8 @@ impl Writer {
             staged.searcher().map_err(unreadable)?,
         );
         laps.lap("index staged");
-        let base: Vec<&Row> = built.rows().collect();
         let checked = check_change(
-            &base,
+            base,
             FileChange {
                 path: &display,
                 before: current.at_head.as_ref().map(|(_, b)| b.as_slice()),
@@ -538,6 +543,15 @@ impl NewFile {
                 patched: Vec::new(),
             },
         })
+    }
+
+    /// What the write does to the row's file: adds it, changes it or deletes it.
+    fn change(&self, current: &Current) -> ChangeKind {
+        match (&current.old, &self.after) {
+            (None, _) => ChangeKind::Added,
+            (Some(_), Some(_)) => ChangeKind::Modified,
+            (Some(_), None) => ChangeKind::Deleted,
+        }
     }
 
     /// What the token gate judges of the write: the row before and after it (`category` and
