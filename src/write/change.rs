@@ -115,16 +115,8 @@ impl Writer {
         let current = self.current(built, &head, request)?;
         laps.lap("read");
         let new = NewFile::of(request, &current)?;
-        if let Caller::Token(claims) = caller {
-            let (category, sensitive) = new
-                .fields
-                .as_ref()
-                .map(body::category_and_risk)
-                .unwrap_or_default();
-            let target = new.target(key, &current, &category, sensitive);
-            if let Err(r) = token::check_write(claims, &target) {
-                return Ok(Outcome::Token(r));
-            }
+        if let Some(r) = new.token_refusal(caller, key, &current) {
+            return Ok(Outcome::Token(r));
         }
         self.not_dirty(&current)?;
         // A row sent as it is makes no commit: nothing changed.
@@ -543,6 +535,25 @@ impl NewFile {
                 patched: Vec::new(),
             },
         })
+    }
+
+    /// Why the caller's token may not make this write, if it may not (the owner may).
+    fn token_refusal(
+        &self,
+        caller: &Caller,
+        key: &str,
+        current: &Current,
+    ) -> Option<token::TokenRefusal> {
+        let Caller::Token(claims) = caller else {
+            return None;
+        };
+        let (category, sensitive) = self
+            .fields
+            .as_ref()
+            .map(body::category_and_risk)
+            .unwrap_or_default();
+        let target = self.target(key, current, &category, sensitive);
+        token::check_write(claims, &target).err()
     }
 
     /// What the write does to the row's file: adds it, changes it or deletes it.
