@@ -63,9 +63,23 @@ impl Live {
         }
     }
 
-    /// Load the snapshot and index of a built site.
+    /// Load the snapshot and index of a built site. A build swapped in while they were read
+    /// could give the snapshot of one and the index of the other: the snapshot's stamp is
+    /// taken again at the end, and a load that saw it change fails (the reloader tries again
+    /// on its next poll, the current build serving meanwhile).
     pub fn load(site: &Path, config: &InvokerConfig) -> anyhow::Result<Live> {
         let before = stamp(&site.join("catalogue.sqlite"));
+        let live = Live::read(site, config, before)?;
+        if stamp(&site.join("catalogue.sqlite")) != live.stamp {
+            anyhow::bail!(
+                "{}: a new build was swapped in while the site was read",
+                site.display()
+            );
+        }
+        Ok(live)
+    }
+
+    fn read(site: &Path, config: &InvokerConfig, before: Option<Stamp>) -> anyhow::Result<Live> {
         let snap = snapshot::open(&site.join("catalogue.sqlite"))?;
         let searcher = std::sync::Arc::new(Searcher::open(&site.join("index"))?);
         let rows = RowSet::from_rows(snap.rows.into_iter().filter(|r| r.enabled).collect());
@@ -82,5 +96,83 @@ impl Live {
             tombstones: snap.tombstones.into_iter().collect(),
             stamp: before,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{self, Options};
+
+    const MARKER: &str = "SWAP_MARKER";
+
+    /// A copy of the bundled catalogue, with one more row when `marked`, built into `out`.
+    fn site(dir: &Path, name: &str, marked: bool) -> std::path::PathBuf {
+        let catalogue = dir.join(format!("{name}-catalogue"));
+        copy(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("catalogue"),
+            &catalogue,
+        );
+        if marked {
+            let echo = std::fs::read_to_string(catalogue.join("ECHO.yaml")).unwrap();
+            let row = echo.replace("key: ECHO", &format!("key: {MARKER}"));
+            std::fs::write(catalogue.join(format!("{MARKER}.yaml")), row).unwrap();
+        }
+        let out = dir.join(name);
+        build::run(&Options::new(catalogue, out.clone())).unwrap();
+        out
+    }
+
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+
+    /// Builds swapped whole into the site while it is loaded over and over: every load that
+    /// succeeds holds one build, its rows and its index from the same one (the marker row in
+    /// both or in neither).
+    #[test]
+    fn a_load_never_mixes_two_builds_swapped_in_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let builds = [site(dir.path(), "a", false), site(dir.path(), "b", true)];
+        let live = dir.path().join("site");
+        copy(&builds[0], &live);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (mut loads, mut mixed) = (0, 0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0.. {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let next = crate::atomic::dir_beside(&live).unwrap();
+                    copy(&builds[(i + 1) % 2], &next);
+                    crate::atomic::swap_dir(&next, &live).unwrap();
+                }
+            });
+            let config = InvokerConfig::default();
+            let started = std::time::Instant::now();
+            while loads < 300 && started.elapsed() < std::time::Duration::from_secs(60) {
+                let Ok(l) = Live::load(&live, &config) else {
+                    continue;
+                };
+                loads += 1;
+                let in_rows = l.invoker.rows().get(MARKER).is_some();
+                if in_rows != l.searcher.meta(MARKER).is_some() {
+                    mixed += 1;
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert!(loads >= 100, "only {loads} loads succeeded");
+        assert_eq!(mixed, 0, "{mixed} of {loads} loads mixed two builds");
     }
 }
