@@ -537,3 +537,117 @@ async fn a_success_resets_the_count() {
         Some("breaker_open")
     );
 }
+
+/// An origin that keeps not answering is refused at once after five timeouts in a row, with
+/// its name and the time to retry after; other origins' rows run as before, whatever the
+/// arguments that led to the timeouts named.
+#[tokio::test]
+async fn an_origin_that_keeps_timing_out_is_refused_at_once_and_others_run() {
+    let (slow, _) = server().await;
+    let (other, hits) = server().await;
+    let inv = invoker_with(
+        vec![
+            row("SLOW", "http", &url(slow, "/slow?to=$1"), ""),
+            row("SAME_ORIGIN", "http", &url(slow, "/allow"), ""),
+            row("OTHER", "http", &url(other, "/allow"), ""),
+        ],
+        InvokerConfig {
+            http: HttpConfig {
+                timeout: Duration::from_millis(200),
+                ..Default::default()
+            },
+            env: env(),
+            ..Default::default()
+        },
+    );
+    // A caller's arguments naming the other origin cannot make its breaker count: the
+    // breaker counts the origin the request went to.
+    let aimed = format!("@{other}/allow#http://{other}/");
+    for i in 1..=capdir::invoke::upstream::THRESHOLD {
+        let o = call(&inv, "SLOW", &aimed).await;
+        assert_eq!(
+            o.output, "ERR:http:fetch:timed out after 200 ms",
+            "call {i}"
+        );
+    }
+    let started = std::time::Instant::now();
+    let o = call(&inv, "SLOW", &aimed).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(150),
+        "refused without waiting"
+    );
+    assert_eq!(
+        (o.status, o.error_code()),
+        (Status::Refused, Some("breaker_open"))
+    );
+    let named = format!("ERR:breaker_open:http://{slow}:until 20");
+    assert!(o.output.starts_with(&named), "{}", o.output);
+    // The whole origin rests, not only the row; another origin does not.
+    assert_eq!(
+        call(&inv, "SAME_ORIGIN", "").await.error_code(),
+        Some("breaker_open")
+    );
+    assert_eq!(call(&inv, "OTHER", "").await.output, "HTTP 200:fine");
+    assert_eq!(hits.get(), 1);
+}
+
+/// A refused connection counts like a timeout; any HTTP answer from the origin, an error
+/// status included, clears its count.
+#[tokio::test]
+async fn refused_connections_count_and_any_answer_clears_them() {
+    let (addr, _) = server().await;
+    let closed = closed_port();
+    let inv = invoker_with(
+        vec![
+            row(
+                "CLOSED",
+                "http",
+                &format!("GET http://127.0.0.1:{closed}/x"),
+                "",
+            ),
+            row("SLOW", "http", &url(addr, "/slow"), ""),
+            row("MISSING", "http", &url(addr, "/missing"), ""),
+        ],
+        InvokerConfig {
+            http: HttpConfig {
+                timeout: Duration::from_millis(200),
+                ..Default::default()
+            },
+            env: env(),
+            ..Default::default()
+        },
+    );
+    let threshold = capdir::invoke::upstream::THRESHOLD;
+    for _ in 0..threshold {
+        assert_eq!(
+            call(&inv, "CLOSED", "").await.error_code(),
+            Some("http:fetch")
+        );
+    }
+    assert_eq!(
+        call(&inv, "CLOSED", "").await.error_code(),
+        Some("breaker_open")
+    );
+    for _ in 1..threshold {
+        assert_eq!(
+            call(&inv, "SLOW", "").await.error_code(),
+            Some("http:fetch")
+        );
+    }
+    assert_eq!(
+        call(&inv, "MISSING", "").await.output,
+        "ERR:http:404:no such thing"
+    );
+    for i in 0..threshold {
+        let o = call(&inv, "SLOW", "").await;
+        assert_eq!(
+            o.error_code(),
+            Some("http:fetch"),
+            "timeout {i} after the 404 is sent"
+        );
+    }
+    assert_eq!(
+        call(&inv, "SLOW", "").await.error_code(),
+        Some("breaker_open")
+    );
+}

@@ -289,9 +289,11 @@ fn troubleshooting(row: &Row, act: &Acts) -> Vec<String> {
         RowType::Http => {
             t.push(format!("`ERR:http:<status>:`: the remote answered an error; 4xx means the arguments or credential, 5xx the service; {}.", act.repair()));
             t.push("`ERR:http:fetch:`: the remote could not be reached or timed out; retry later (the run-now link above).".into());
-            if !row.auth.is_empty() {
-                t.push("`ERR:breaker_open:`: 8 consecutive 401/403 opened the credential's breaker for an hour; the operator must fix the credential.".into());
-            }
+            t.push(if row.auth.is_empty() {
+                "`ERR:breaker_open:`: 5 calls unanswered in a row; retry after its time.".into()
+            } else {
+                "`ERR:breaker_open:`: 5 calls unanswered in a row, or 8 401/403 (an hour: the operator must fix the credential); retry after its time.".into()
+            });
         }
         RowType::Agent => t.push(format!("`ERR:http:` from the model provider: quota, model id or gateway configuration; the body is the user message; {}.", act.repair())),
         RowType::Flow => t.push(format!("A flow stops at the first step whose output starts `ERR:`; the error names that step; {}.", act.repair())),

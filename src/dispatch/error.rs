@@ -201,7 +201,9 @@ impl DispatchError {
             DispatchError::BadReceiptId => "use the `receipt` field of an invocation's answer".into(),
             DispatchError::UnknownReceipt => "check the id; receipts are never deleted".into(),
             DispatchError::Failed { kind, .. } => match kind {
-                Failure::BreakerOpen => "the upstream credential is resting; retry later",
+                Failure::BreakerOpen => {
+                    "the upstream (or its credential) is resting after repeated failures; retry after the time it names"
+                }
                 Failure::Refused => {
                     "read the row's contract (its ARGS line) and send the arguments it needs"
                 }

@@ -896,12 +896,19 @@ impl Ran {
 }
 
 /// An upstream that did not answer within the runner's timeout (`ERR:http:fetch:timed out…`,
-/// `ERR:mcp:timeout:…`).
+/// `ERR:mcp:timeout:…`), its headers or the rest of its body (`reading the 200 response:
+/// timed out…`: one that trickles its answer).
 fn is_timeout(failure: &crate::invoke::outcome::Failure) -> bool {
+    let detail = failure.detail.as_str();
+    let detail = match detail.strip_prefix("reading the ") {
+        Some(rest) => rest
+            .split_once(" response: ")
+            .map_or(detail, |(_, why)| why),
+        None => detail,
+    };
     failure.code == "mcp:timeout"
         || (failure.code.ends_with(":fetch")
-            && (failure.detail.starts_with("timed out")
-                || failure.detail.starts_with("connect timed out")))
+            && (detail.starts_with("timed out") || detail.starts_with("connect timed out")))
 }
 
 /// Invocations by (status, runner), shared by a dispatcher and the trees of its calls.
@@ -945,3 +952,27 @@ fn logged(receipt: &Receipt, counts: &Counts) {
 
 /// An append sent to the ledger, resolving once it is durable.
 type Appended = futures_util::future::BoxFuture<'static, anyhow::Result<Vec<Receipt>>>;
+
+#[cfg(test)]
+mod tests {
+    use super::is_timeout;
+    use crate::invoke::outcome::Failure;
+
+    #[test]
+    fn a_trickled_body_cut_by_the_timeout_is_a_timeout() {
+        let timeout = |code, detail| is_timeout(&Failure::new(code, detail));
+        assert!(timeout("http:fetch", "timed out after 2000 ms"));
+        assert!(timeout("http:fetch", "connect timed out after 10000 ms"));
+        assert!(timeout(
+            "http:fetch",
+            "reading the 200 response: timed out after 2000 ms"
+        ));
+        assert!(timeout("mcp:timeout", ""));
+        assert!(!timeout("http:fetch", "connection reset by peer"));
+        assert!(!timeout(
+            "http:fetch",
+            "reading the 200 response: connection reset by peer"
+        ));
+        assert!(!timeout("http:500", "timed out after 2000 ms"));
+    }
+}

@@ -12,6 +12,7 @@ pub mod egress;
 pub mod outcome;
 pub mod rowset;
 pub mod runner;
+pub mod upstream;
 
 use crate::invoke::authority::CallContext;
 use crate::invoke::breaker::Breaker;
@@ -62,6 +63,8 @@ pub struct InvokerConfig {
     pub narrowing: Option<Arc<crate::row::binding::Bindings>>,
     /// Which addresses beyond the public internet rows may reach (`serve --allow-egress`).
     pub egress: egress::Egress,
+    /// The origins that keep not answering; shared by every build a dispatcher loads.
+    pub upstreams: upstream::Upstreams,
 }
 
 impl InvokerConfig {
@@ -78,6 +81,7 @@ impl InvokerConfig {
             bindings: Arc::default(),
             narrowing: None,
             egress: egress::Egress::default(),
+            upstreams: upstream::Upstreams::default(),
         })
     }
 }
@@ -110,7 +114,11 @@ impl Invoker {
     pub fn new(rows: RowSet, config: InvokerConfig) -> Result<Invoker, String> {
         let runners: Vec<Arc<dyn Runner>> = vec![
             Arc::new(FnRunner),
-            Arc::new(HttpRunner::new(config.http, config.egress.clone())?),
+            Arc::new(HttpRunner::new(
+                config.http,
+                config.egress.clone(),
+                config.upstreams,
+            )?),
             Arc::new(AgentRunner::new(config.agent)?),
             Arc::new(FlowRunner),
             Arc::new(McpRunner::new(config.mcp, config.egress.clone())),

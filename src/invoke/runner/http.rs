@@ -12,6 +12,7 @@ use super::{
 };
 use crate::invoke::egress::{Egress, Resolver};
 use crate::invoke::outcome::Failure;
+use crate::invoke::upstream::Upstreams;
 use crate::row::args::positional_to_object;
 use crate::row::credential::{Credential, expand_env};
 use crate::row::expand;
@@ -56,6 +57,8 @@ pub struct HttpRunner {
     egress: Egress,
     /// The access tokens of `oauth:` credentials.
     oauth: super::oauth::Tokens,
+    /// The origins that keep not answering (`upstream.rs`).
+    upstreams: Upstreams,
 }
 
 /// A client with the shared settings: user agent, timeouts, same-origin redirects only.
@@ -115,7 +118,11 @@ fn builder(connect_timeout: Duration, timeout: Duration) -> reqwest::ClientBuild
 }
 
 impl HttpRunner {
-    pub fn new(config: HttpConfig, egress: Egress) -> Result<HttpRunner, String> {
+    pub fn new(
+        config: HttpConfig,
+        egress: Egress,
+        upstreams: Upstreams,
+    ) -> Result<HttpRunner, String> {
         Ok(HttpRunner {
             client: row_client(config.connect_timeout, config.timeout, &egress)?,
             credentialed: builder(config.connect_timeout, config.timeout)
@@ -127,6 +134,7 @@ impl HttpRunner {
             config,
             egress,
             oauth: Default::default(),
+            upstreams,
         })
     }
 }
@@ -491,6 +499,29 @@ impl HttpRunner {
         self.egress
             .check_url(&p.url)
             .map_err(|why| Failure::new("egress:refused", why))?;
+        let pass = self
+            .upstreams
+            .admit(&p.url.origin().ascii_serialization())?;
+        let exchanged = self.exchange(&call, p, token).await;
+        match &exchanged {
+            // No answer at all (a timeout, a reset, a refused connection), while sending or
+            // while reading the body: the origin counts it.
+            Err(f) if f.code == "http:fetch" => pass.failed(),
+            Ok(_) => pass.answered(),
+            // Refused before anything was sent (egress, the credential's breaker, a token).
+            Err(_) => drop(pass),
+        }
+        exchanged
+    }
+
+    /// Send the prepared request (again once with a fresh `oauth:` token when the first is
+    /// turned away) and read its answer.
+    async fn exchange(
+        &self,
+        call: &Call<'_>,
+        mut p: Prepared,
+        token: Option<(String, Vec<String>)>,
+    ) -> Result<Ran, Failure> {
         let breaker = call.invoker.breaker();
         let admitted = match &p.credential_name {
             Some(name) => Some((name.as_str(), breaker.admit(name).await?)),
@@ -516,17 +547,17 @@ impl HttpRunner {
         };
         let mut resp = if let Some(c) = credential {
             let mut resp = self
-                .send_credentialed(&call, c, &p)
+                .send_credentialed(call, c, &p)
                 .await
                 .map_err(fetch_failed)?;
             if resp.status() == reqwest::StatusCode::UNAUTHORIZED && token.is_some() {
                 // The access token was revoked or expired early: one fresh token, one more
                 // try, before the breaker counts the answer.
-                if let Some((fresh, brought)) = self.oauth_token(&call, true).await? {
-                    let mut again = prepare(&call, Some(&fresh))?;
+                if let Some((fresh, brought)) = self.oauth_token(call, true).await? {
+                    let mut again = prepare(call, Some(&fresh))?;
                     again.secrets.extend(brought);
                     resp = self
-                        .send_credentialed(&call, c, &again)
+                        .send_credentialed(call, c, &again)
                         .await
                         .map_err(fetch_failed)?;
                     p.secrets.extend(again.secrets);
