@@ -21,6 +21,7 @@
 # its commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bench="$PWD/bench"
 ROWS="${1:-10000}"
 WRITES="${WRITES:-40}"
 PROFILE="${PROFILE:-release}"
@@ -51,7 +52,7 @@ cd "$work/repo"
 commits=$(git rev-list --count HEAD)
 site="$work/site"
 
-source bench/median.sh
+source "$bench/median.sh"
 seconds() { /usr/bin/time -f "%e" "$@" 2>&1 >/dev/null | tail -1; }
 
 echo "building the site from nothing ($ROWS rows, $commits commits, $PROFILE)…" >&2
