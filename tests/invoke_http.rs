@@ -545,21 +545,11 @@ async fn a_success_resets_the_count() {
 async fn an_origin_that_keeps_timing_out_is_refused_at_once_and_others_run() {
     let (slow, _) = server().await;
     let (other, hits) = server().await;
-    let inv = invoker_with(
-        vec![
-            row("SLOW", "http", &url(slow, "/slow?to=$1"), ""),
-            row("SAME_ORIGIN", "http", &url(slow, "/allow"), ""),
-            row("OTHER", "http", &url(other, "/allow"), ""),
-        ],
-        InvokerConfig {
-            http: HttpConfig {
-                timeout: Duration::from_millis(200),
-                ..Default::default()
-            },
-            env: env(),
-            ..Default::default()
-        },
-    );
+    let inv = impatient(vec![
+        row("SLOW", "http", &url(slow, "/slow?to=$1"), ""),
+        row("SAME_ORIGIN", "http", &url(slow, "/allow"), ""),
+        row("OTHER", "http", &url(other, "/allow"), ""),
+    ]);
     // A caller's arguments naming the other origin cannot make its breaker count: the
     // breaker counts the origin the request went to.
     let aimed = format!("@{other}/allow#http://{other}/");
@@ -597,26 +587,16 @@ async fn an_origin_that_keeps_timing_out_is_refused_at_once_and_others_run() {
 async fn refused_connections_count_and_any_answer_clears_them() {
     let (addr, _) = server().await;
     let closed = closed_port();
-    let inv = invoker_with(
-        vec![
-            row(
-                "CLOSED",
-                "http",
-                &format!("GET http://127.0.0.1:{closed}/x"),
-                "",
-            ),
-            row("SLOW", "http", &url(addr, "/slow"), ""),
-            row("MISSING", "http", &url(addr, "/missing"), ""),
-        ],
-        InvokerConfig {
-            http: HttpConfig {
-                timeout: Duration::from_millis(200),
-                ..Default::default()
-            },
-            env: env(),
-            ..Default::default()
-        },
-    );
+    let inv = impatient(vec![
+        row(
+            "CLOSED",
+            "http",
+            &format!("GET http://127.0.0.1:{closed}/x"),
+            "",
+        ),
+        row("SLOW", "http", &url(addr, "/slow"), ""),
+        row("MISSING", "http", &url(addr, "/missing"), ""),
+    ]);
     let threshold = capdir::invoke::upstream::THRESHOLD;
     for _ in 0..threshold {
         assert_eq!(
@@ -650,4 +630,19 @@ async fn refused_connections_count_and_any_answer_clears_them() {
         call(&inv, "SLOW", "").await.error_code(),
         Some("breaker_open")
     );
+}
+
+/// An invoker whose upstreams may take 200 ms.
+fn impatient(rows: Vec<capdir::row::Row>) -> capdir::invoke::Invoker {
+    invoker_with(
+        rows,
+        InvokerConfig {
+            http: HttpConfig {
+                timeout: Duration::from_millis(200),
+                ..Default::default()
+            },
+            env: env(),
+            ..Default::default()
+        },
+    )
 }
