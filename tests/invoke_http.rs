@@ -646,3 +646,25 @@ fn impatient(rows: Vec<capdir::row::Row>) -> capdir::invoke::Invoker {
         },
     )
 }
+
+/// A credentialed row whose origin stops answering: no answer, the breaker's refusal
+/// included, carries the credential, and once the origin rests the credential is not sent
+/// there again.
+#[tokio::test]
+async fn a_resting_origin_is_sent_no_credential_and_names_none() {
+    let (addr, hits) = server().await;
+    let auth = || json!({"auth": "bearer:HT_BEARER"});
+    let inv = impatient(vec![
+        row_with("SLOW", "http", &url(addr, "/slow"), "", auth()),
+        row_with("ALLOW", "http", &url(addr, "/allow"), "", auth()),
+    ]);
+    for _ in 0..capdir::invoke::upstream::THRESHOLD {
+        let o = call(&inv, "SLOW", "").await;
+        assert_eq!(o.error_code(), Some("http:fetch"));
+        assert!(!o.output.contains("tok-bearer-7f3"), "{}", o.output);
+    }
+    let o = call(&inv, "ALLOW", "").await;
+    assert_eq!(o.error_code(), Some("breaker_open"));
+    assert!(!o.output.contains("tok-bearer-7f3"), "{}", o.output);
+    assert_eq!(hits.get(), 0, "nothing sent to the resting origin");
+}

@@ -22,7 +22,7 @@ pub const OPEN_FOR: Duration = Duration::from_secs(10);
 
 /// The health of every origin the http runner has sent to; cheap to clone, shared by every
 /// build the dispatcher loads.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Upstreams {
     origins: Arc<Mutex<HashMap<String, Health>>>,
     threshold: u32,
@@ -35,16 +35,7 @@ impl Default for Upstreams {
     }
 }
 
-impl std::fmt::Debug for Upstreams {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstreams")
-            .field("threshold", &self.threshold)
-            .field("open_for", &self.open_for)
-            .finish_non_exhaustive()
-    }
-}
-
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Health {
     failures: u32,
     open_until: Option<Instant>,
@@ -85,14 +76,6 @@ impl Upstreams {
             health.trying = true;
         }
         Ok(self.pass(origin))
-    }
-
-    /// Whether `origin`'s breaker is open now.
-    pub fn is_open(&self, origin: &str) -> bool {
-        self.lock()
-            .get(origin)
-            .and_then(|h| h.open_until)
-            .is_some_and(|t| Instant::now() < t)
     }
 
     fn pass(&self, origin: &str) -> Pass {
@@ -189,7 +172,6 @@ mod tests {
         assert!(!refused(&u), "two failures since the answer");
         u.admit(ORIGIN).unwrap().failed();
         assert!(refused(&u));
-        assert!(u.is_open(ORIGIN));
         assert!(
             u.admit("http://127.0.0.1:10").is_ok(),
             "other origins unaffected"
