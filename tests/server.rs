@@ -251,6 +251,27 @@ async fn invoke_writes_a_receipt_that_confirms() {
         "{text}"
     );
     assert!(text.contains("capdir_requests_total"), "{text}");
+    // The call's duration, in the histogram of its status and runner: counted once, in
+    // every bucket from the one it fell in (a builtin takes far less than 16 s).
+    let series = "capdir_invocation_duration_seconds";
+    let labels = "status=\"PROVEN_MATERIAL_RESULT\",runner=\"fn\"";
+    assert!(
+        text.contains(&format!("{series}_count{{{labels}}} 1\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{series}_bucket{{le=\"16.384\",{labels}}} 1\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{series}_bucket{{le=\"+Inf\",{labels}}} 1\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE capdir_invocation_duration_seconds histogram"),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
     assert_eq!(
         ledger::verify(&f.ledger_path()).expect("verify"),
         Verdict::Intact { receipts: 1 }

@@ -1,5 +1,5 @@
 //! `/api/dispatch` (ask, contract, run-now, confirm, the counts, the registry; and `POST` to
-//! invoke), `/openapi.json` and `/metrics`.
+//! invoke) and `/openapi.json` (`/metrics` is `metrics.rs`).
 
 use super::{ApiError, AppState, authenticate};
 use crate::access::auth::{self, Caller};
@@ -10,9 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
-use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct DispatchQuery {
@@ -504,101 +502,4 @@ async fn read_request(state: &AppState, req: Request) -> Result<InvokeRequest, A
 /// The OpenAPI document of these routes, naming this dispatcher as its server.
 pub(super) async fn openapi(State(state): State<AppState>) -> Response {
     axum::Json(crate::serve::openapi::document(&state.inner.base)).into_response()
-}
-
-pub(super) async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    // What the dispatcher runs and how busy it is is the operator's to read.
-    if !state.inner.public_metrics
-        && let Err(e) = authenticate(state.keys(), &headers)
-            .and_then(|c| auth::require_owner(&c).map_err(ApiError::from))
-    {
-        return e.into_response();
-    }
-    let dispatcher = state.dispatcher();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP capdir_requests_total HTTP requests received.\n# TYPE capdir_requests_total counter\ncapdir_requests_total {}",
-        state.inner.requests.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP capdir_reloads_total New builds swapped in.\n# TYPE capdir_reloads_total counter\ncapdir_reloads_total {}",
-        dispatcher.reload_count()
-    );
-    out.push_str("# HELP capdir_invocations_total Invocations by status and runner.\n# TYPE capdir_invocations_total counter\n");
-    for ((status, runner), n) in dispatcher.invocation_counts() {
-        let _ = writeln!(
-            out,
-            "capdir_invocations_total{{status=\"{status}\",runner=\"{runner}\"}} {n}"
-        );
-    }
-    let (commits, seconds) = dispatcher.ledger().commit_stats();
-    let _ = writeln!(
-        out,
-        "# HELP capdir_ledger_commit_seconds Time spent committing receipt batches.\n# TYPE capdir_ledger_commit_seconds summary\ncapdir_ledger_commit_seconds_sum {seconds}\ncapdir_ledger_commit_seconds_count {commits}"
-    );
-    if let Some(durability) = dispatcher.ledger().durability() {
-        let _ = writeln!(
-            out,
-            "# HELP capdir_ledger_durability_info How the ledger's writer connection commits, read back from it.\n# TYPE capdir_ledger_durability_info gauge\ncapdir_ledger_durability_info{{setting=\"{durability}\"}} 1"
-        );
-    }
-    if let Some(f) = dispatcher.follow_status() {
-        let _ = writeln!(
-            out,
-            "# HELP capdir_follow_info The published site followed and the commit of the build in place.\n# TYPE capdir_follow_info gauge\ncapdir_follow_info{{url=\"{}\",commit=\"{}\"}} 1",
-            f.url, f.commit
-        );
-        let _ = writeln!(
-            out,
-            "# HELP capdir_follow_last_poll_timestamp_seconds When the followed site was last polled.\n# TYPE capdir_follow_last_poll_timestamp_seconds gauge\ncapdir_follow_last_poll_timestamp_seconds {}",
-            f.last_poll.unwrap_or(0)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP capdir_follow_last_outcome The last poll's outcome (1 for the one that happened).\n# TYPE capdir_follow_last_outcome gauge"
-        );
-        for outcome in ["none", "unchanged", "updated", "failed"] {
-            let _ = writeln!(
-                out,
-                "capdir_follow_last_outcome{{outcome=\"{outcome}\"}} {}",
-                u8::from(f.last_outcome == outcome)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP capdir_follow_polls_total Polls of the followed site, by result.\n# TYPE capdir_follow_polls_total counter\ncapdir_follow_polls_total{{result=\"updated\"}} {}\ncapdir_follow_polls_total{{result=\"failed\"}} {}\ncapdir_follow_polls_total{{result=\"any\"}} {}",
-            f.updates, f.failures, f.polls
-        );
-        let _ = writeln!(
-            out,
-            "# HELP capdir_follow_verification_info How followed builds are checked: signed (a trusted key) or integrity-only (digests).\n# TYPE capdir_follow_verification_info gauge\ncapdir_follow_verification_info{{mode=\"{}\"}} 1",
-            f.verification
-        );
-        let _ = writeln!(
-            out,
-            "# HELP capdir_follow_refusals_total Published builds refused for who published them, by reason.\n# TYPE capdir_follow_refusals_total counter"
-        );
-        for reason in [
-            "unsigned",
-            "bad_signature",
-            "unnumbered",
-            "rollback",
-            "expired",
-        ] {
-            let _ = writeln!(
-                out,
-                "capdir_follow_refusals_total{{reason=\"{reason}\"}} {}",
-                f.refusals.get(reason).copied().unwrap_or(0)
-            );
-        }
-        if let Some(n) = f.number {
-            let _ = writeln!(
-                out,
-                "# HELP capdir_follow_build_number The signed build number in place.\n# TYPE capdir_follow_build_number gauge\ncapdir_follow_build_number {n}"
-            );
-        }
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
