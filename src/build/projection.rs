@@ -34,6 +34,136 @@ pub fn registry_entry<'a>(row: &'a Row, urls: &Urls, fingerprint: &'a str) -> Re
     }
 }
 
+/// The namespace of a catalogue's registry names: its public host reversed
+/// (`capdir.example.com` → `com.example.capdir`), `local.capdir` when it has none.
+pub fn registry_namespace(urls: &Urls) -> String {
+    let host = urls
+        .site
+        .as_deref()
+        .or(urls.dispatcher.as_deref())
+        .and_then(|u| url::Url::parse(u).ok())
+        .and_then(|u| u.host_str().map(str::to_string))
+        .filter(|h| {
+            !h.is_empty()
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+        });
+    match host {
+        Some(h) => h.split('.').rev().collect::<Vec<_>>().join("."),
+        None => "local.capdir".into(),
+    }
+}
+
+/// A name's part after the namespace: lowercase letters, digits, `-`, `.` and `_`.
+fn registry_slug(text: &str) -> String {
+    let slug: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let slug = slug.trim_matches('-').to_string();
+    if slug.is_empty() {
+        "catalogue".into()
+    } else {
+        slug
+    }
+}
+
+/// A description as the registry takes it: one line of at most 100 characters.
+fn registry_description(text: &str) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= 100 {
+        return if line.is_empty() {
+            "An MCP server.".into()
+        } else {
+            line
+        };
+    }
+    let cut: String = line.chars().take(99).collect();
+    format!("{}…", cut.trim_end())
+}
+
+/// A catalogue's version for the registry: its commit's date and the commit
+/// (`2024.1.1+0123456789ab`), `0.0.0` outside Git.
+pub fn registry_version(commit: &str, date: &str) -> String {
+    let day: Vec<u32> = date
+        .get(..10)
+        .unwrap_or_default()
+        .split('-')
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    match (day.as_slice(), commit.get(..12)) {
+        ([y, m, d], Some(c)) => format!("{y}.{m}.{d}+{c}"),
+        _ => "0.0.0".into(),
+    }
+}
+
+/// The catalogue itself as an MCP server for the registry: the dispatcher's `/mcp`, over
+/// Streamable HTTP with a bearer credential (a capability token or the owner key). No remote
+/// when the catalogue has no public dispatcher.
+pub fn catalogue_server_json(urls: &Urls, title: &str, summary: &str, version: &str) -> Json {
+    use crate::row::server_json::{KeyValue, SCHEMA, ServerJson, Transport};
+    let mut entry = ServerJson {
+        schema: SCHEMA.into(),
+        name: format!("{}/{}", registry_namespace(urls), registry_slug(title)),
+        description: registry_description(summary),
+        version: version.into(),
+        website_url: urls.site_base().map(|s| format!("{s}/")),
+        ..ServerJson::default()
+    };
+    if let Some(base) = urls.dispatcher.as_deref() {
+        entry.remotes.push(Transport {
+            kind: "streamable-http".into(),
+            url: Some(format!("{base}/mcp")),
+            headers: vec![KeyValue {
+                name: "Authorization".into(),
+                description: Some("Bearer and a capability token (`capdir token`)".into()),
+                is_required: true,
+                is_secret: true,
+                ..KeyValue::default()
+            }],
+            ..Transport::default()
+        });
+    }
+    serde_json::to_value(entry).unwrap_or_default()
+}
+
+/// The registry description of the server a `runner: mcp` row calls (`mcp/servers/KEY.json`),
+/// or none for another row, or for a server no registry type starts.
+pub fn row_server_json(row: &Row, urls: &Urls, version: &str) -> Option<Json> {
+    use crate::row::mcp::{McpTarget, RUNNER};
+    if row.runner != RUNNER {
+        return None;
+    }
+    let target = McpTarget::parse(&row.target).ok()?;
+    let name = format!(
+        "{}/{}",
+        registry_namespace(urls),
+        registry_slug(&row.key.replace('_', "-"))
+    );
+    let mut entry = crate::row::server_json::describe(
+        &target,
+        &row.auth,
+        &name,
+        version,
+        &registry_description(row.what()),
+    )?;
+    if let Some(p) = entry.packages.first() {
+        entry.version = p.version.clone();
+    }
+    entry.meta = Some(serde_json::json!({
+        "io.modelcontextprotocol.registry/publisher-provided": {
+            "capdir": {"key": row.key, "tool": target.tool, "contract": urls.site_file(&format!("k/{}.md", row.key))}
+        }
+    }));
+    serde_json::to_value(entry).ok()
+}
+
 /// The argument of every MCP tool that names the failed call it repairs.
 pub const REPAIRS: &str = "repairs";
 

@@ -537,7 +537,8 @@ pub fn write_pages(
     Ok(())
 }
 
-/// registry.json, counts.json, mcp/tools.json, llms.txt and sitemap.xml.
+/// registry.json, counts.json, mcp/tools.json, llms.txt, sitemap.xml and the MCP registry's
+/// server.json descriptions.
 pub fn write_projections(
     out: &Path,
     rows: &[&Row],
@@ -564,6 +565,7 @@ pub fn write_projections(
         )?;
         let map = sitemap(rows, urls, categories);
         write_unless_same(out, site, "sitemap.xml", map.as_bytes())?;
+        write_server_json(out, site, rows, common, urls)?;
         let search = write_search_index(out, rows, reuse)?;
         let tools = tools
             .join()
@@ -575,6 +577,45 @@ pub fn write_projections(
         ])
     })
 }
+
+/// The MCP registry's descriptions: `server.json` (the catalogue, at its dispatcher's
+/// `/mcp`), and `mcp/servers/KEY.json` for each row that forwards to an MCP server; a
+/// description of a row that is gone or no longer forwards is removed.
+fn write_server_json(
+    out: &Path,
+    site: Option<&Path>,
+    rows: &[&Row],
+    common: &Common,
+    urls: &Urls,
+) -> Result<()> {
+    let version = projection::registry_version(&common.build.commit, &common.build.date);
+    let own =
+        projection::catalogue_server_json(urls, &common.site.title, &common.site.summary, &version);
+    let text = serde_json::to_string_pretty(&own)? + "\n";
+    write_unless_same(out, site, "server.json", text.as_bytes())?;
+    let dir = out.join(SERVERS);
+    std::fs::create_dir_all(&dir)?;
+    let mut kept = std::collections::HashSet::new();
+    for row in rows {
+        let Some(entry) = projection::row_server_json(row, urls, &version) else {
+            continue;
+        };
+        let name = format!("{}.json", row.key);
+        let text = serde_json::to_string_pretty(&entry)? + "\n";
+        write_unless_same(out, site, &format!("{SERVERS}/{name}"), text.as_bytes())?;
+        kept.insert(name);
+    }
+    for file in std::fs::read_dir(&dir)? {
+        let file = file?;
+        if !kept.contains(file.file_name().to_string_lossy().as_ref()) {
+            std::fs::remove_file(file.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Where the registry descriptions of the rows that forward to MCP servers go.
+const SERVERS: &str = "mcp/servers";
 
 /// Write `bytes` as `out`'s file `rel`, unless `site` has them there already.
 fn write_unless_same(out: &Path, site: Option<&Path>, rel: &str, bytes: &[u8]) -> Result<()> {

@@ -1,4 +1,5 @@
-//! `capdir import openapi FILE|URL` and `capdir import mcp`: read the document or reach the
+//! `capdir import openapi FILE|URL`, `capdir import mcp` and `capdir import server-json
+//! FILE|URL` (an MCP registry entry, reached as `import mcp` would): read the document or reach the
 //! server, let `import` plan the rows (it writes nothing), write them here, and report: for a
 //! document what could not be mapped, per operation on standard error and the summary on
 //! standard output (or everything as one JSON document with `--json`); for a server each row
@@ -27,6 +28,50 @@ enum Source {
     /// One row per tool of an MCP server (a command after `--`, or --url), each forwarding its
     /// call to that tool (`runner: mcp`).
     Mcp(Mcp),
+    /// One row per tool of the server an MCP registry entry (`server.json`) describes: its
+    /// first remote, else its first package started over stdio (`npx`, `uvx`, `dnx`,
+    /// `docker`), reached as `capdir import mcp` would.
+    ServerJson(ServerJsonArgs),
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  capdir import server-json server.json --prefix WEATHER
+  capdir import server-json https://registry.modelcontextprotocol.io/v0/servers/ID --package 0")]
+struct ServerJsonArgs {
+    /// The entry: a file, or an http(s) URL (a registry API's answer for one server works too).
+    entry: String,
+    /// Use this remote (0 is the first) instead of the first one.
+    #[arg(long, value_name = "N", conflicts_with = "package")]
+    remote: Option<usize>,
+    /// Use this package (0 is the first) instead of the first remote.
+    #[arg(long, value_name = "N")]
+    package: Option<usize>,
+    /// Let the entry give its runtime (`docker run`, `npx`, …) arguments of its own: they can
+    /// change what runs and where (a `docker run` flag can mount the host).
+    #[arg(long)]
+    runtime_arguments: bool,
+    /// Put in front of every key and of the variables the remote's headers are sent from.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// Every row's category (lowercase letters, digits and dashes).
+    #[arg(long, default_value = "")]
+    category: String,
+    /// The catalogue directory to write the rows into.
+    #[arg(long, default_value = "catalogue")]
+    out: PathBuf,
+    /// The credential to reach the server with now, and to write into the rows (as for
+    /// `capdir import mcp`). Without it the rows name what the entry asks for, and the server
+    /// is reached with no credential: an entry never decides which secrets leave this machine.
+    #[arg(long, value_name = "AUTH")]
+    auth: Option<String>,
+    /// Addresses beyond the public internet the import may reach the entry's remote at:
+    /// `loopback`, `private`, networks (as `capdir serve --allow-egress`).
+    #[arg(long, value_name = "LIST", default_value = "none", value_parser = crate::invoke::egress::Egress::parse)]
+    allow_egress: crate::invoke::egress::Egress,
+    /// Time to start or reach the server, and for each page of tools/list (e.g. 60s).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    timeout: u64,
 }
 
 #[derive(clap::Args)]
@@ -106,6 +151,7 @@ pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
     match a.source {
         Source::Openapi(o) => openapi(o),
         Source::Mcp(m) => from_mcp(m),
+        Source::ServerJson(e) => from_server_json(e),
     }
 }
 
@@ -115,16 +161,7 @@ fn openapi(a: OpenApi) -> anyhow::Result<ExitCode> {
     {
         bail!("--category `{c}` is not lowercase letters, digits and dashes");
     }
-    let text = if a.document.starts_with("http://") || a.document.starts_with("https://") {
-        super::current_thread()?.block_on(fetch(&a.document))?
-    } else {
-        let bytes = std::fs::read(&a.document)
-            .with_context(|| format!("cannot read the document {}", a.document))?;
-        if bytes.len() > MAX_DOCUMENT_BYTES {
-            bail!("{}: larger than {MAX_DOCUMENT_BYTES} bytes", a.document);
-        }
-        String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", a.document))?
-    };
+    let text = read_document(&a.document)?;
     let doc = import::document::parse(&text, &a.document)?;
     drop(text);
     let existing = if a.out.is_dir() {
@@ -179,8 +216,45 @@ fn from_mcp(a: Mcp) -> anyhow::Result<ExitCode> {
         category: a.category,
         out: a.out,
         timeout: Duration::from_secs(a.timeout.max(1)),
+        // The operator names the server on its own command line: any address it gives is
+        // its own, and so is the credential it hands over.
+        egress: crate::invoke::egress::Egress::unrestricted(),
+        reach_with_auth: true,
     };
-    let plan = super::current_thread()?.block_on(mcp::import(&options))?;
+    write_mcp(&options)
+}
+
+fn from_server_json(a: ServerJsonArgs) -> anyhow::Result<ExitCode> {
+    use crate::row::server_json::{self, Pick};
+    let text = read_document(&a.entry)?;
+    let entry = server_json::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", a.entry))?;
+    let pick = match (a.remote, a.package) {
+        (Some(i), _) => Pick::Remote(i),
+        (None, Some(i)) => Pick::Package(i),
+        (None, None) => Pick::Auto,
+    };
+    let launch = server_json::launch(&entry, pick, &a.prefix, a.runtime_arguments)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.entry))?;
+    eprintln!(
+        "{} {}: reaching {}",
+        entry.name, entry.version, launch.server
+    );
+    let options = mcp::Options {
+        server: launch.server,
+        reach_with_auth: a.auth.is_some(),
+        auth: a.auth.unwrap_or(launch.auth),
+        prefix: a.prefix,
+        category: a.category,
+        out: a.out,
+        timeout: Duration::from_secs(a.timeout.max(1)),
+        egress: a.allow_egress,
+    };
+    write_mcp(&options)
+}
+
+/// Plan the rows of one MCP server, write them, and report each row and each tool left out.
+fn write_mcp(options: &mcp::Options) -> anyhow::Result<ExitCode> {
+    let plan = super::current_thread()?.block_on(mcp::import(options))?;
     write(&options.out, &plan.writes, &[])?;
     let report = plan.report;
     let name = if report.server.name.is_empty() {
@@ -225,6 +299,19 @@ fn from_mcp(a: Mcp) -> anyhow::Result<ExitCode> {
         report.skipped.len()
     );
     Ok(super::exit(report.skipped.is_empty()))
+}
+
+/// A document by file name or http(s) URL, refused over `MAX_DOCUMENT_BYTES`.
+fn read_document(document: &str) -> anyhow::Result<String> {
+    if document.starts_with("http://") || document.starts_with("https://") {
+        return super::current_thread()?.block_on(fetch(document));
+    }
+    let bytes =
+        std::fs::read(document).with_context(|| format!("cannot read the document {document}"))?;
+    if bytes.len() > MAX_DOCUMENT_BYTES {
+        bail!("{document}: larger than {MAX_DOCUMENT_BYTES} bytes");
+    }
+    String::from_utf8(bytes).with_context(|| format!("{document} is not UTF-8 text"))
 }
 
 async fn fetch(url: &str) -> anyhow::Result<String> {

@@ -68,6 +68,13 @@ pub struct Options {
     pub out: PathBuf,
     /// Time to start or reach the server, and for each page of `tools/list`.
     pub timeout: Duration,
+    /// Where the import may connect to reach the server: anywhere for a server the operator
+    /// named itself, the dispatcher's default (public addresses) for one a document names.
+    pub egress: Egress,
+    /// Whether `auth` is used to reach the server now (its variables read, sent or handed to
+    /// the command), or only written into the rows: a document's credential is the rows' to
+    /// name, but the operator's to hand out.
+    pub reach_with_auth: bool,
 }
 
 /// A tool as the server lists it: what a row is made of.
@@ -236,11 +243,14 @@ async fn list(options: &Options) -> Result<(Vec<ToolSpec>, ServerInfo), ImportEr
         server: options.server.to_string(),
         failure: f.render(),
     };
-    let credential = Credential::parse(&options.auth).ok().flatten();
+    let credential = if options.reach_with_auth {
+        Credential::parse(&options.auth).ok().flatten()
+    } else {
+        None
+    };
     let (endpoint, _secrets) =
         endpoint(&options.server, credential.as_ref(), &Environment::Process).map_err(fail)?;
-    // The operator names the server on its own command line: any address it gives is its own.
-    let connection = Connection::open(&endpoint, options.timeout, &Egress::unrestricted())
+    let connection = Connection::open(&endpoint, options.timeout, &options.egress)
         .await
         .map_err(fail)?;
     let tools = connection.list_tools(options.timeout).await.map_err(fail)?;
@@ -628,6 +638,8 @@ mod tests {
             category: "demo".into(),
             out: out.to_path_buf(),
             timeout: Duration::from_secs(5),
+            egress: Egress::unrestricted(),
+            reach_with_auth: true,
         }
     }
 

@@ -16,6 +16,7 @@ pub mod expand;
 pub mod flow;
 pub mod mcp;
 pub mod route;
+pub mod server_json;
 pub mod target;
 pub mod template;
 pub mod urls;
