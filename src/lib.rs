@@ -21,6 +21,7 @@ pub mod ledger;
 pub mod row;
 pub mod search;
 pub mod serve;
+pub mod telemetry;
 pub mod trust;
 pub mod write;
 

@@ -30,7 +30,7 @@ pub(super) struct Args {
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
-    super::init_logs();
+    let _telemetry = super::init_logs()?;
     super::ensure_site(&a.site, &a.base_url)?;
     let options = mcp::Options {
         projection: a.projection,

@@ -14,6 +14,7 @@ mod key;
 mod ledger;
 mod mcp;
 mod new;
+mod otel;
 mod route;
 mod serve;
 mod share;
@@ -147,16 +148,9 @@ fn exit(ok: bool) -> ExitCode {
     }
 }
 
-/// Logs go to standard error (standard output is the MCP channel of `capdir mcp`).
-fn init_logs() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+/// Logs and traces (`otel.rs`), kept until the command ends.
+fn init_logs() -> anyhow::Result<otel::Telemetry> {
+    otel::init()
 }
 
 /// Build the bundled catalogue into `site` when it has no snapshot yet.

@@ -220,7 +220,7 @@ pub(super) async fn settings(
 }
 
 pub(super) fn run(a: Args) -> anyhow::Result<ExitCode> {
-    super::init_logs();
+    let _telemetry = super::init_logs()?;
     let base_url = a
         .base_url
         .clone()

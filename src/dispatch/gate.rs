@@ -120,7 +120,7 @@ impl<'a> Gate<'a> {
             key: self.key.to_string(),
             actor: self.caller.actor(),
             runner: callable.map_or("none", |c| c.row.runner_name()).to_string(),
-            trace_id: uuid::Uuid::new_v4().simple().to_string(),
+            trace_id: super::trace_id_here(),
             started_at: now.clone(),
             finished_at: now,
             status: Status::Refused.as_str().into(),

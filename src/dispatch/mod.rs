@@ -12,6 +12,7 @@ pub mod follow;
 mod gate;
 mod live;
 pub mod log;
+pub mod metrics;
 mod tree;
 mod watcher;
 
@@ -35,11 +36,11 @@ use crate::row::call;
 use arc_swap::ArcSwap;
 use serde::Deserialize;
 use serde_json::Value as Json;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
+use tracing::Instrument as _;
 
 /// A finished invocation whose receipt is durable.
 #[derive(Debug)]
@@ -158,8 +159,8 @@ pub struct Dispatcher {
     inflight: Semaphore,
     tree_budget: TreeBudget,
     approval_ttl: Duration,
-    /// (status, runner) → invocations, for `/metrics`.
-    invocations: Counts,
+    /// Calls by status and runner, counted and timed, for `/metrics`.
+    metrics: metrics::CallMetrics,
     /// New builds swapped in so far: bumped after every reload, so MCP streams can tell their
     /// clients the tools changed and `/metrics` can count them.
     reloads: watch::Sender<u64>,
@@ -189,7 +190,7 @@ impl Dispatcher {
             inflight: Semaphore::new(settings.max_inflight),
             tree_budget: settings.tree_budget,
             approval_ttl: settings.approval_ttl,
-            invocations: Counts::default(),
+            metrics: metrics::CallMetrics::default(),
             reloads: watch::Sender::new(0),
             follower: std::sync::OnceLock::new(),
             log: std::sync::OnceLock::new(),
@@ -258,12 +259,9 @@ impl Dispatcher {
         self.live.load_full()
     }
 
-    /// Invocations so far by (status, runner).
-    pub fn invocation_counts(&self) -> BTreeMap<(String, String), u64> {
-        self.invocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// The calls counted and timed so far, by status and runner.
+    pub fn call_metrics(&self) -> &metrics::CallMetrics {
+        &self.metrics
     }
 
     /// New builds swapped in so far.
@@ -640,10 +638,21 @@ impl Dispatcher {
         shared: Option<Arc<tree::Spent>>,
     ) -> Result<Ran, DispatchError> {
         let id = ledger::new_id();
-        let trace_id = run.approved.map_or_else(
-            || uuid::Uuid::new_v4().simple().to_string(),
-            |a| a.trace_id.clone(),
+        let key = &run.callable.row.key;
+        let span = tracing::info_span!(
+            "call",
+            otel.name = %format!("call {key}"),
+            capdir.key = %key,
+            capdir.receipt = %id,
+            capdir.runner = run.callable.row.runner_name(),
+            capdir.status = tracing::field::Empty,
         );
+        // The span's trace is the receipt's (the caller's, when it named one); an approved
+        // call stays in the trace of the request that asked for it.
+        let trace_id = match run.approved {
+            Some(a) => a.trace_id.clone(),
+            None => trace_id_of(&span),
+        };
         let tree = self.tree_for(&run, &id, &trace_id, shared);
         let context = match &tree {
             Some(tree) => CallContext::under(tree.clone(), &id),
@@ -653,8 +662,10 @@ impl Dispatcher {
         let outcome = run
             .live
             .invoker
-            .invoke_in(&run.callable.row.key, input, &context)
+            .invoke_in(key, input, &context)
+            .instrument(span.clone())
             .await;
+        span.record("capdir.status", outcome.status.as_str());
         // Redacted once: the receipt stores it and the caller is answered with it.
         let output = secrets::redact(&outcome.output, &self.secrets);
         let draft = run.draft(&outcome, &output, id, trace_id, started_at, &self.secrets);
@@ -779,11 +790,24 @@ impl Dispatcher {
         }
         let mut last = last.map_err(unavailable)?;
         for receipt in receipts.iter().chain(&last) {
-            logged(receipt, &self.invocations);
+            self.metrics.record(receipt);
+            logged(receipt);
         }
         last.pop()
             .ok_or_else(|| unavailable(anyhow::anyhow!("the ledger answered no receipt")))
     }
+}
+
+/// The trace id of a receipt written under `span`: its OpenTelemetry trace's, else one of
+/// its own (no telemetry layer installed).
+fn trace_id_of(span: &tracing::Span) -> String {
+    crate::telemetry::trace_id(span).unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+}
+
+/// The trace id of a receipt written in the span in place (a refusal, a call queued for a
+/// person): the request's trace.
+fn trace_id_here() -> String {
+    trace_id_of(&tracing::Span::current())
 }
 
 /// A receipt id as the ledger writes them: `inv_` and up to 64 letters and digits.
@@ -911,21 +935,13 @@ fn is_timeout(failure: &crate::invoke::outcome::Failure) -> bool {
             && (detail.starts_with("timed out") || detail.starts_with("connect timed out")))
 }
 
-/// Invocations by (status, runner), shared by a dispatcher and the trees of its calls.
-type Counts = Arc<Mutex<BTreeMap<(String, String), u64>>>;
-
 /// Count and log a durable receipt: at debug level when the call ran as asked (its receipt is
 /// the record, and `/metrics` counts it), at info when it did not (refused, failed, waiting
 /// for or decided by a person): a line for every call is a real share of the dispatcher's
 /// CPU under load (`bench/dispatch.sh`), and the default log still names every call that
 /// went wrong.
-fn logged(receipt: &Receipt, counts: &Counts) {
+fn logged(receipt: &Receipt) {
     let d = &receipt.draft;
-    *counts
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry((d.status.clone(), d.runner.clone()))
-        .or_default() += 1;
     macro_rules! invoked {
         ($level:expr) => {
             tracing::event!(

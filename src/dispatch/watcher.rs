@@ -149,7 +149,7 @@ impl Dispatcher {
         let now = chrono::Utc::now().timestamp();
         let id = watch::new_approval_id();
         let receipt_id = ledger::new_id();
-        let trace_id = uuid::Uuid::new_v4().simple().to_string();
+        let trace_id = super::trace_id_here();
         let pending = Pending {
             id: id.clone(),
             key: callable.row.key.clone(),

@@ -42,6 +42,17 @@ pub enum Via {
     Tool,
 }
 
+impl Via {
+    /// Its name in a trace (`capdir.via`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Composed => "composed",
+            Via::Tag => "tag",
+            Via::Tool => "tool",
+        }
+    }
+}
+
 /// One nested call, finished or refused, as its receipt records it.
 pub struct Node<'a> {
     pub id: &'a str,

@@ -190,6 +190,19 @@ impl Bindings {
         out
     }
 
+    /// Does any binding name `url`'s origin (and path prefix) as a place its credential may
+    /// go? Such an origin is the owner's trusted peer: it may be sent the trace context.
+    pub fn names_origin(&self, url: &Url) -> bool {
+        url.username().is_empty()
+            && url.password().is_none()
+            && self.credentials.values().any(|b| {
+                b.origins
+                    .iter()
+                    .filter_map(|o| parse_origin(o).ok())
+                    .any(|o| o.admits(url))
+            })
+    }
+
     /// May row `key` (in `category`) send `env` to `url` with `method`? Reserved names and
     /// names no binding holds are refused before anything is read.
     pub fn admit(
@@ -329,6 +342,12 @@ pub struct Layered {
 }
 
 impl Layered {
+    /// `Bindings::names_origin` in both layers.
+    pub fn names_origin(&self, url: &Url) -> bool {
+        self.catalogue.names_origin(url)
+            && self.narrowing.as_ref().is_none_or(|n| n.names_origin(url))
+    }
+
     pub fn admit(
         &self,
         env: &str,

@@ -18,6 +18,7 @@ mod ledger;
 mod limit;
 pub mod listen;
 pub mod mcp;
+mod metrics;
 pub mod openapi;
 mod receipt;
 mod share;
@@ -32,7 +33,7 @@ use crate::dispatch::{self, Dispatcher, Live};
 use crate::invoke::InvokerConfig;
 use crate::ledger::Ledger;
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::routing::{MethodRouter, get, post};
 use std::path::{Path, PathBuf};
@@ -240,7 +241,7 @@ fn table() -> [(
                 .delete(directory::delete),
         ),
         ("/api/directory", &["get"], get(directory::fields)),
-        ("/metrics", &["get"], get(api::metrics)),
+        ("/metrics", &["get"], get(metrics::metrics)),
         (
             "/mcp",
             &["get", "post", "delete"],
@@ -286,18 +287,41 @@ pub fn app(state: AppState) -> Router {
             router.route(path, handlers)
         })
         .fallback(get(files::static_file))
-        .layer(count_requests(state.inner.clone()))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), traced))
         .with_state(state)
 }
 
-/// Counts every request for `/metrics`; a plain map over the request, no boxed middleware.
-fn count_requests(
-    inner: Arc<Shared>,
-) -> tower::util::MapRequestLayer<impl Fn(Request) -> Request + Clone> {
-    tower::util::MapRequestLayer::new(move |req: Request| {
-        inner.requests.fetch_add(1, Ordering::Relaxed);
-        req
-    })
+/// Every request counted for `/metrics` and run in a span of its own (`METHOD /route`, an
+/// OpenTelemetry server span), a child of the caller's trace when its `traceparent` names
+/// one: the calls it makes, their receipts and the requests they send are in that trace.
+async fn traced(
+    State(state): State<AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use tracing::Instrument as _;
+    state.inner.requests.fetch_add(1, Ordering::Relaxed);
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string());
+    let method = req.method().as_str().to_string();
+    let name = match &route {
+        Some(route) => format!("{method} {route}"),
+        None => method.clone(),
+    };
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %name,
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = route.as_deref(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::adopt(&span, req.headers());
+    let response = next.run(req).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }
 
 /// The address a request came from, when it came over a socket (the listener puts it in

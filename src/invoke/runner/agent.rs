@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value as Json, json};
 use std::collections::HashMap;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// Where chat-completions requests go, and which environment variable holds the API key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -488,6 +489,20 @@ fn tool_input(row: &Row, arguments: &str) -> Result<Input, String> {
 
 /// The reply with each router tag (`[KEY]args[/KEY]`) run as a nested call under the caller's
 /// authority and replaced by its output (or its refusal). What a tag answers is not run again.
+/// `req` with the trace context when `url` is an origin the owner bound a credential to
+/// (as the http runner sends it).
+fn traced(call: &Call<'_>, url: &str, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    let Ok(to) = url::Url::parse(url) else {
+        return req;
+    };
+    if !call.invoker.bindings().names_origin(&to) {
+        return req;
+    }
+    let mut trace = reqwest::header::HeaderMap::new();
+    crate::telemetry::propagate(&tracing::Span::current(), &mut trace);
+    req.headers(trace)
+}
+
 async fn route_reply(
     call: &Call<'_>,
     context: &crate::invoke::authority::CallContext,
@@ -589,7 +604,27 @@ impl AgentRunner {
     }
 
     /// One chat completion: the assistant message and the usage.
+    /// `request` sent to the model's endpoint, in a client span of its own.
     async fn complete(
+        &self,
+        call: &Call<'_>,
+        endpoint: &Endpoint,
+        request: &Json,
+    ) -> Result<(Json, Usage), Failure> {
+        let model = request["model"].as_str().unwrap_or_default();
+        let span = tracing::info_span!(
+            "model",
+            otel.name = %format!("chat {model}"),
+            otel.kind = "client",
+            gen_ai.request.model = model,
+            http.response.status_code = tracing::field::Empty,
+        );
+        self.complete_in(call, endpoint, request)
+            .instrument(span)
+            .await
+    }
+
+    async fn complete_in(
         &self,
         call: &Call<'_>,
         endpoint: &Endpoint,
@@ -602,7 +637,7 @@ impl AgentRunner {
             "{}/chat/completions",
             endpoint.base_url.trim_end_matches('/')
         );
-        let mut req = self.client.post(&url).json(request);
+        let mut req = traced(call, &url, self.client.post(&url).json(request));
         let mut secrets = Vec::new();
         let breaker = call.invoker.breaker();
         let mut admitted = None;
@@ -632,6 +667,7 @@ impl AgentRunner {
             )
         })?;
         let status = resp.status();
+        tracing::Span::current().record("http.response.status_code", status.as_u16());
         if let Some(before) = admitted {
             breaker.record(&key_env, status.as_u16(), before).await;
         }

@@ -18,6 +18,7 @@ use crate::invoke::{Input, Invoker};
 use crate::row::flow::{Call as StepCall, Step};
 use crate::row::template::{self, Context, Vars};
 use std::collections::HashMap;
+use tracing::Instrument as _;
 
 /// How many flows may be nested, the outermost counted.
 pub const MAX_DEPTH: usize = 8;
@@ -205,18 +206,22 @@ async fn fan_out(
         let invoker = invoker.clone();
         let key = b.key.clone();
         let context = context.clone();
-        tasks.spawn(async move {
-            let outcome = super::run_nested(
-                &invoker,
-                &context,
-                Via::Composed,
-                &key,
-                Input::Body(body.clone()),
-                &body,
-            )
-            .await;
-            (i, outcome)
-        });
+        tasks.spawn(
+            async move {
+                let outcome = super::run_nested(
+                    &invoker,
+                    &context,
+                    Via::Composed,
+                    &key,
+                    Input::Body(body.clone()),
+                    &body,
+                )
+                .await;
+                (i, outcome)
+            }
+            // The branch's span under its flow's, though it runs as a task of its own.
+            .in_current_span(),
+        );
     }
     let mut slots: Vec<Option<Outcome>> = vec![None; branches.len()];
     while let Some(joined) = tasks.join_next().await {

@@ -22,6 +22,7 @@ use base64::Engine as _;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// Limits of one request.
 #[derive(Debug, Clone)]
@@ -87,12 +88,18 @@ pub fn row_client(
 /// crypto provider (reqwest is built without a provider of its own, see Cargo.toml). Every
 /// HTTP client of capdir starts here.
 pub fn client_builder() -> reqwest::ClientBuilder {
+    tls_ready();
+    reqwest::Client::builder()
+}
+
+/// rustls on ring installed as the process's crypto provider, once; any client built after
+/// this has TLS (the OTLP exporter's blocking client too).
+pub fn tls_ready() {
     static TLS: std::sync::Once = std::sync::Once::new();
     TLS.call_once(|| {
         // Err only when a provider is installed already, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
-    reqwest::Client::builder()
 }
 
 fn builder(connect_timeout: Duration, timeout: Duration) -> reqwest::ClientBuilder {
@@ -502,7 +509,21 @@ impl HttpRunner {
         let pass = self
             .upstreams
             .admit(&p.url.origin().ascii_serialization())?;
-        let exchanged = self.exchange(&call, p, token).await;
+        let span = tracing::info_span!(
+            "http",
+            otel.name = %p.method,
+            otel.kind = "client",
+            http.request.method = %p.method,
+            server.address = p.url.host_str().unwrap_or_default(),
+            server.port = p.url.port_or_known_default(),
+            http.response.status_code = tracing::field::Empty,
+        );
+        // The trace goes on only to an origin the owner bound a credential to: a row may name
+        // any host, and the trace id would tell it which calls belong together.
+        if call.invoker.bindings().names_origin(&p.url) {
+            crate::telemetry::propagate(&span, &mut p.headers);
+        }
+        let exchanged = self.exchange(&call, p, token).instrument(span).await;
         match &exchanged {
             // No answer at all (a timeout, a reset, a refused connection), while sending or
             // while reading the body: the origin counts it.
@@ -568,6 +589,7 @@ impl HttpRunner {
             self.send_plain(&p).await.map_err(fetch_failed)?
         };
         let status = resp.status();
+        tracing::Span::current().record("http.response.status_code", status.as_u16());
         if let Some((name, before)) = admitted {
             breaker.record(name, status.as_u16(), before).await;
         }

@@ -24,6 +24,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// What a runner is handed.
 #[derive(Clone, Copy)]
@@ -96,6 +97,17 @@ pub async fn run_nested(
     let parent = context.parent.clone().unwrap_or_default();
     let callable = invoker.rows().get(key);
     let id = authority.new_id();
+    // A span for every node with a receipt, refused ones too: the trace's tree is the
+    // receipts' tree (each span names its receipt and its parent's).
+    let span = tracing::info_span!(
+        "call",
+        otel.name = %format!("call {key}"),
+        capdir.key = %key,
+        capdir.receipt = %id,
+        capdir.parent = %parent,
+        capdir.via = via.as_str(),
+        capdir.status = tracing::field::Empty,
+    );
     let started_at = now_rfc3339();
     let started = std::time::Instant::now();
     let admitted = match callable {
@@ -110,7 +122,10 @@ pub async fn run_nested(
                 authority: Some(authority.clone()),
                 parent: Some(id.clone()),
             };
-            invoker.invoke_in(key, input, &below).await
+            invoker
+                .invoke_in(key, input, &below)
+                .instrument(span.clone())
+                .await
         }
         Err((reason, message)) => {
             let runner = callable.map_or("none", |c| c.row.runner_name());
@@ -134,6 +149,7 @@ pub async fn run_nested(
         outcome: &outcome,
         started_at: &started_at,
     };
+    span.record("capdir.status", outcome.status.as_str());
     authority.record(node);
     if !refused {
         return outcome;

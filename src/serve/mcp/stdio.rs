@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 
 /// Serve MCP on this process's standard input and output until the input ends.
 pub async fn serve(state: AppState) -> anyhow::Result<()> {
@@ -96,13 +97,20 @@ where
             continue;
         };
         let (state, out) = (state.clone(), out.clone());
-        requests.spawn(async move {
-            let body = match answer(&state, &s, &Caller::Owner, &method, params.as_ref()).await {
-                Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-                Err(e) => e.response(&id),
-            };
-            let _ = out.send(body);
-        });
+        // Each request a span of its own, as an HTTP request's is: the calls it makes below it.
+        let span =
+            tracing::info_span!("mcp", otel.name = %format!("mcp {method}"), otel.kind = "server");
+        requests.spawn(
+            async move {
+                let body = match answer(&state, &s, &Caller::Owner, &method, params.as_ref()).await
+                {
+                    Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                    Err(e) => e.response(&id),
+                };
+                let _ = out.send(body);
+            }
+            .instrument(span),
+        );
         // Reap finished calls as we go so the set does not grow with the session.
         while requests.try_join_next().is_some() {}
     }

@@ -33,6 +33,7 @@ use serde_json::{Map, Value as Json};
 use sessions::Sessions;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 /// Variables every server started as a command gets from the dispatcher's environment, when
 /// set: what a program needs to find itself and its files and to read text.
@@ -149,8 +150,15 @@ impl McpRunner {
             .get(&endpoint, cfg.connect_timeout)
             .await
             .map_err(clean)?;
+        let span = tracing::info_span!(
+            "mcp",
+            otel.name = %format!("tools/call {}", target.tool),
+            otel.kind = "client",
+            gen_ai.tool.name = %target.tool,
+        );
         let result = match connection
             .call_tool(&target.tool, arguments, cfg.timeout)
+            .instrument(span)
             .await
         {
             Ok(r) => r,
