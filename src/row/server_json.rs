@@ -707,4 +707,44 @@ mod tests {
             assert!(parse(junk).is_err(), "{junk:?}");
         }
     }
+
+    proptest::proptest! {
+        /// Whatever an entry holds, reading it and launching any of its ways answers, never
+        /// panics: a registry entry is untrusted input.
+        #[test]
+        fn any_entry_reads_and_launches_or_says_why(
+            name in ".{0,12}",
+            kind in proptest::sample::select(vec!["stdio", "streamable-http", "sse", "", "x"]),
+            registry in proptest::sample::select(vec!["npm", "pypi", "oci", "nuget", "mcpb", ""]),
+            word in "[ -~\u{80}-\u{10FFFF}]{0,16}",
+            url in "[ -~]{0,24}",
+        ) {
+            let doc = serde_json::json!({
+                "name": name, "description": word, "version": word,
+                "remotes": [{"type": kind, "url": url, "headers": [{"name": word}],
+                    "variables": {word.clone(): {"default": url}}}],
+                "packages": [{"registryType": registry, "identifier": word, "version": word,
+                    "runtimeHint": word, "transport": {"type": kind},
+                    "packageArguments": [{"type": "named", "name": word, "value": url},
+                        {"type": "positional", "valueHint": word}],
+                    "environmentVariables": [{"name": word}]}],
+            });
+            let entry = parse(&doc.to_string()).unwrap();
+            for pick in [Pick::Auto, Pick::Remote(0), Pick::Package(0), Pick::Remote(9)] {
+                for allow in [false, true] {
+                    if let Ok(l) = launch(&entry, pick, &word, allow) {
+                        // What it would start or reach is one of the four runners, or a URL.
+                        match &l.server {
+                            McpServer::Stdio { command, .. } => proptest::prop_assert!(
+                                ["npx", "uvx", "docker", "dnx"].contains(&command.as_str())
+                            ),
+                            McpServer::Http { url } => proptest::prop_assert!(url.starts_with("http")),
+                        }
+                        proptest::prop_assert!(!l.auth.contains("CAPDIR_"));
+                    }
+                }
+            }
+            let _ = parse(&word);
+        }
+    }
 }
