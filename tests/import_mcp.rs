@@ -8,7 +8,7 @@ use crate::common;
 use capdir::invoke::InvokerConfig;
 use capdir::invoke::runner::Environment;
 use capdir::invoke::runner::mcp::McpConfig;
-use common::{Repo, Served, call, invoker_with, row_with};
+use common::{Repo, Served, call, capdir_in as capdir, invoker_with, row_with};
 use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,20 +39,6 @@ fn fake() -> String {
         .join("tests/fixtures/mcp/fake_server.py")
         .display()
         .to_string()
-}
-
-/// Run the capdir binary in `dir` with `env` (and no owner or token key of the caller's).
-fn capdir(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_capdir"));
-    cmd.args(args)
-        .current_dir(dir)
-        .env_remove("CAPDIR_OWNER_KEY")
-        .env_remove("CAPDIR_TOKEN_KEY")
-        .env_remove("CAPDIR_MCP_ENV");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("capdir runs")
 }
 
 fn stdout(o: &Output) -> String {

@@ -22,16 +22,24 @@ use std::time::{Duration, Instant};
 const OWNER: &str = "otel-test-owner-key";
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
+const SECRET: &str = "peer-secret-5b1e0c";
+
+/// Every export a receiver got: the spans decoded, and the bodies as they came.
+type Received = (Arc<Mutex<Vec<Span>>>, Arc<Mutex<Vec<Bytes>>>);
 
 /// An OTLP/HTTP trace receiver on loopback: every span exported to it, decoded.
-async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
+async fn receiver() -> (String, Received) {
     let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
+    let bodies: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     let kept = spans.clone();
+    let raw = bodies.clone();
     let router = axum::Router::new().route(
         "/v1/traces",
         axum::routing::post(move |headers: HeaderMap, body: Bytes| {
             let kept = kept.clone();
+            let raw = raw.clone();
             async move {
+                raw.lock().unwrap().push(body.clone());
                 assert_eq!(
                     headers.get("content-type").map(|v| v.as_bytes()),
                     Some(&b"application/x-protobuf"[..]),
@@ -52,7 +60,7 @@ async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
         }),
     );
     let addr = serve(router).await;
-    (format!("http://{addr}"), spans)
+    (format!("http://{addr}"), (spans, bodies))
 }
 
 /// A loopback origin that answers `pong` and keeps the `traceparent` of every request.
@@ -75,9 +83,9 @@ async fn origin() -> (u16, Arc<Mutex<Vec<Option<String>>>>) {
     (serve(router).await.port(), seen)
 }
 
-fn http_row(key: &str, port: u16) -> String {
+fn http_row(key: &str, port: u16, auth: &str) -> String {
     format!(
-        "key: {key}\ntype: http\ntarget: \"GET http://127.0.0.1:{port}/ping?q=$1\"\ncategory: tests\ncontent: |\n  # WHAT: Ping a test origin.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=text\n  # EX: hi\n  # OUTPUT: pong\nasks:\n  - ping the origin\n"
+        "key: {key}\ntype: http\ntarget: \"GET http://127.0.0.1:{port}/ping?q=$1\"\n{auth}category: tests\ncontent: |\n  # WHAT: Ping a test origin.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=text\n  # EX: hi\n  # OUTPUT: pong\nasks:\n  - ping the origin\n"
     )
 }
 
@@ -163,13 +171,17 @@ fn tree_matches(receipts: &[Json], spans: &[Span]) -> HashMap<String, Span> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_make_the_receipt_tree_and_only_bound_origins_are_sent_the_trace() {
-    let (endpoint, spans) = receiver().await;
+    let (endpoint, (spans, bodies)) = receiver().await;
     let (bound, bound_seen) = origin().await;
     let (unbound, unbound_seen) = origin().await;
     let repo = Repo::new();
     repo.write("SAY.yaml", &fn_row("SAY", "tests", "Say it back."));
-    repo.write("BOUND_PING.yaml", &http_row("BOUND_PING", bound));
-    repo.write("UNBOUND_PING.yaml", &http_row("UNBOUND_PING", unbound));
+    // The bound row sends a secret in its query: no span may carry it (nor the URL).
+    repo.write(
+        "BOUND_PING.yaml",
+        &http_row("BOUND_PING", bound, "auth: query:token=TRACE_PEER_TOKEN\n"),
+    );
+    repo.write("UNBOUND_PING.yaml", &http_row("UNBOUND_PING", unbound, ""));
     repo.write(
         "TRACED_FLOW.yaml",
         "key: TRACED_FLOW\ntype: flow\ncategory: tests\ncontent: |\n  # WHAT: Say, then ping both origins.\n  # WHEN_TO_USE: Tests.\n  # ARGS: $1=text\n  # EX: hi\n  # OUTPUT: pong\n  SAY: $1 > BOUND_PING: $PREV > UNBOUND_PING: $PREV\nasks:\n  - say and ping\n",
@@ -189,6 +201,7 @@ async fn spans_make_the_receipt_tree_and_only_bound_origins_are_sent_the_trace()
             ("CAPDIR_OWNER_KEY", OWNER),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("TRACE_PEER_TOKEN", SECRET),
         ],
     )
     .await;
@@ -305,6 +318,14 @@ async fn spans_make_the_receipt_tree_and_only_bound_origins_are_sent_the_trace()
         assert!(
             last_bound.is_some_and(|tp| tp.starts_with(&format!("00-{trace}-"))),
             "{junk:?}"
+        );
+    }
+    // What left for the collector named no secret, no argument and no URL of a request.
+    let exported = bodies.lock().unwrap().concat();
+    for needle in [SECRET, "token=", "/ping", "q=hi"] {
+        assert!(
+            memchr::memmem::find(&exported, needle.as_bytes()).is_none(),
+            "an exported span holds {needle:?}"
         );
     }
 }

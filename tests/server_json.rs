@@ -5,10 +5,10 @@
 //! `npx` on PATH that starts the reference "everything" server), and nothing an entry says
 //! sends a secret, reaches a private address or runs a program of its choosing.
 
-use crate::common::{Built, Repo, Served, bindings_yaml, fixture, fn_row};
+use crate::common::{Built, Repo, Served, bindings_yaml, capdir_in as capdir, fixture, fn_row};
 use serde_json::{Value as Json, json};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const OWNER: &str = "owner-key-for-server-json-tests";
 
@@ -153,19 +153,6 @@ fn the_build_publishes_descriptions_the_registry_schema_accepts() {
     capdir::build::run(&options).expect("rebuild");
     assert!(!site.join("mcp/servers/EV_ECHO.json").exists());
     assert!(site.join("mcp/servers/REMOTE_ADD.json").exists());
-}
-
-/// Run the capdir binary in `dir` with `env` (and none of the caller's capdir keys).
-fn capdir(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_capdir"));
-    cmd.args(args)
-        .current_dir(dir)
-        .env_remove("CAPDIR_OWNER_KEY")
-        .env_remove("CAPDIR_TOKEN_KEY");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("capdir runs")
 }
 
 fn said(o: &Output) -> String {

@@ -592,3 +592,18 @@ pub async fn model_stand_in(
     .await;
     (addr, asked)
 }
+
+/// Run the capdir binary in `dir` with `env`, and none of the caller's keys or MCP
+/// environment (`CAPDIR_OWNER_KEY`, `CAPDIR_TOKEN_KEY`, `CAPDIR_MCP_ENV`).
+pub fn capdir_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_capdir"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env_remove("CAPDIR_OWNER_KEY")
+        .env_remove("CAPDIR_TOKEN_KEY")
+        .env_remove("CAPDIR_MCP_ENV");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("capdir runs")
+}
